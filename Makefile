@@ -1,0 +1,30 @@
+# Two entry points for a fresh machine: `make demo` (the main job) and `make test`.
+# Both create .venv and install the package into it; torch is pinned to the local CPU wheel
+# first so that resolving `torch>=2.4` never pulls a multi-GB CUDA build.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+TORCH_PIN ?= torch==2.13.0
+
+.PHONY: install demo test test-slow bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install $(TORCH_PIN)
+	$(PY) -m pip install -e ".[dev,zh]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/hf-plm-ext demo
+
+test: $(STAMP)
+	$(PY) -m pytest -m "not slow" -q
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -m slow -q
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info

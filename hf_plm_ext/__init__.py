@@ -1,0 +1,27 @@
+"""hf-plm-ext: post-BERT pre-training ideas as first-class Hugging Face citizens.
+
+Importing the package registers every model family with ``AutoConfig`` and the ``AutoModel*``
+classes (see ``hf_plm_ext.registry``).
+"""
+
+from hf_plm_ext.registry import FAMILIES, register_families
+
+register_families()
+
+from hf_plm_ext.modeling.macbert import (  # noqa: E402
+    MacBertConfig,
+    MacBertForMaskedLM,
+    MacBertForSequenceClassification,
+    MacBertModel,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "FAMILIES",
+    "MacBertConfig",
+    "MacBertForMaskedLM",
+    "MacBertForSequenceClassification",
+    "MacBertModel",
+    "register_families",
+]

@@ -1,0 +1,54 @@
+"""The one table of model families and the Auto classes each one serves.
+
+``import hf_plm_ext`` calls :func:`register_families`. To add a family, add one row to
+``FAMILIES`` (see CONTRIBUTING.md); nothing else registers classes.
+"""
+
+import transformers
+from transformers import AutoConfig
+
+from hf_plm_ext.modeling.macbert import (
+    MacBertConfig,
+    MacBertForMaskedLM,
+    MacBertForSequenceClassification,
+    MacBertModel,
+)
+
+FAMILIES = {
+    MacBertConfig: {
+        "AutoModel": MacBertModel,
+        "AutoModelForMaskedLM": MacBertForMaskedLM,
+        "AutoModelForSequenceClassification": MacBertForSequenceClassification,
+    },
+}
+
+
+def _code_path(cls) -> str:
+    """``module_file.ClassName`` as ``auto_map`` names it (the family folder is copied flat)."""
+    return f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}"
+
+
+def family_auto_map(config_class) -> dict:
+    models = FAMILIES[config_class]
+    return {"AutoConfig": _code_path(config_class), **{auto: _code_path(m) for auto, m in models.items()}}
+
+
+def register_families() -> None:
+    """Register every family with the Auto classes, in-process and for ``save_pretrained``.
+
+    In-process: ``AutoConfig``/``AutoModel*`` resolve the family's ``model_type`` without
+    ``trust_remote_code``. On save: each class is registered for its Auto class, so
+    ``save_pretrained`` copies the family's code next to the weights, and the config carries
+    the family's complete ``auto_map`` for loading with ``trust_remote_code=True`` elsewhere.
+    """
+    for config_class, models in FAMILIES.items():
+        AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
+        config_class.register_for_auto_class("AutoConfig")
+        config_class._family_auto_map = family_auto_map(config_class)
+        for auto_name, model_class in models.items():
+            getattr(transformers, auto_name).register(config_class, model_class, exist_ok=True)
+            model_class.register_for_auto_class(auto_name)
+
+
+def supported_model_types() -> list[str]:
+    return [config_class.model_type for config_class in FAMILIES]

@@ -1,0 +1,15 @@
+from .configuration_macbert import MacBertConfig
+from .modeling_macbert import (
+    MacBertForMaskedLM,
+    MacBertForSequenceClassification,
+    MacBertModel,
+    MacBertPreTrainedModel,
+)
+
+__all__ = [
+    "MacBertConfig",
+    "MacBertForMaskedLM",
+    "MacBertForSequenceClassification",
+    "MacBertModel",
+    "MacBertPreTrainedModel",
+]

@@ -1,0 +1,53 @@
+"""MacBERT configuration.
+
+MacBERT (Cui et al., 2020, "Revisiting Pre-Trained Models for Chinese Natural Language Processing")
+keeps BERT's architecture and changes only the pre-training objective, so its configuration is
+BERT's plus a distinct ``model_type`` and validated fields.
+"""
+
+from transformers import BertConfig
+
+
+class MacBertConfig(BertConfig):
+    r"""Configuration of a MacBERT encoder; every field means what it means in [`BertConfig`].
+
+    Example:
+        >>> from hf_plm_ext.modeling.macbert import MacBertConfig, MacBertModel
+        >>> model = MacBertModel(MacBertConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2))
+    """
+
+    model_type = "macbert"
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        _check_fields(self)
+        # Set by hf_plm_ext's registry: the family's complete ``auto_map``, written on save so that a
+        # checkpoint loads through every Auto class the family supports, not only the saved one.
+        family_auto_map = getattr(type(self), "_family_auto_map", None)
+        if family_auto_map and getattr(self, "auto_map", None) is None:
+            self.auto_map = dict(family_auto_map)
+
+
+def _check_fields(config):
+    positive = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                "intermediate_size", "max_position_embeddings", "type_vocab_size")
+    for name in positive:
+        value = getattr(config, name)
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"MacBertConfig.{name} must be a positive integer, got {value!r}")
+    if config.hidden_size % config.num_attention_heads:
+        raise ValueError(
+            f"MacBertConfig.hidden_size ({config.hidden_size}) must be divisible by "
+            f"num_attention_heads ({config.num_attention_heads})"
+        )
+    for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+        value = getattr(config, name)
+        if not 0.0 <= value < 1.0:
+            raise ValueError(f"MacBertConfig.{name} must be in [0, 1), got {value!r}")
+    if config.pad_token_id is not None and not 0 <= config.pad_token_id < config.vocab_size:
+        raise ValueError(
+            f"MacBertConfig.pad_token_id ({config.pad_token_id}) must be in [0, vocab_size={config.vocab_size})"
+        )
+
+
+__all__ = ["MacBertConfig"]
