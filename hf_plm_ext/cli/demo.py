@@ -1,0 +1,143 @@
+"""``hf-plm-ext demo``: the whole pipeline on data shipped with the package, in a few CPU minutes.
+
+train a tokenizer -> pre-train a tiny encoder -> fine-tune and evaluate on SST-2 (sample) ->
+save with its code -> reload with ``AutoModel`` in a fresh process that cannot import hf_plm_ext.
+"""
+
+import json
+import subprocess
+import sys
+import time
+from datetime import datetime
+from importlib.resources import files
+from pathlib import Path
+
+import torch
+from transformers import AutoTokenizer, TrainingArguments
+
+from hf_plm_ext.data.tokenizer_training import train_tokenizer
+from hf_plm_ext.eval.runner import FinetuneArguments, finetune
+from hf_plm_ext.files import check_new_output
+from hf_plm_ext.training.pretrain import OBJECTIVES, PretrainArguments, pretrain
+
+DEMO_DATA = files("hf_plm_ext") / "demo_data"
+TINY_ENCODER = "hidden_size=128,num_hidden_layers=2,num_attention_heads=2,intermediate_size=512"
+
+RELOAD_SCRIPT = r"""
+import json, sys
+sys.modules["hf_plm_ext"] = None  # a stranger's machine: the package is not importable
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+model_dir, sentences = sys.argv[1], json.loads(sys.argv[2])
+model = AutoModelForSequenceClassification.from_pretrained(model_dir, trust_remote_code=True).eval()
+batch = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)(sentences, padding=True, return_tensors="pt")
+with torch.no_grad():
+    logits = model(**batch).logits
+print("RESULT " + json.dumps({"class": f"{type(model).__module__}.{type(model).__name__}", "logits": logits.tolist()}))
+"""
+
+
+def add_to(commands):
+    demo = commands.add_parser("demo", help="run the whole pipeline on the embedded sample data",
+                               description=__doc__.splitlines()[0], allow_abbrev=False)
+    demo.add_argument("--output", metavar="DIR", help="new directory (default: runs/demo-<time>)")
+    demo.add_argument("--objective", choices=list(OBJECTIVES), default="mlm")
+    demo.add_argument("--pretrain-steps", type=int, default=400)
+    demo.add_argument("--finetune-epochs", type=float, default=4.0)
+    demo.add_argument("--seed", type=int, default=42)
+    demo.set_defaults(handler=run)
+
+
+def _training_args(seed, **kwargs):
+    return TrainingArguments(output_dir="unused", seed=seed, report_to="none", save_strategy="no",
+                             logging_steps=50, use_cpu=not torch.cuda.is_available(), **kwargs)
+
+
+def _step(number, title):
+    print(f"\n=== step {number}/5: {title} ===", flush=True)
+    return time.perf_counter()
+
+
+def reload_in_fresh_process(model_dir, sentences):
+    """Load ``model_dir`` with ``trust_remote_code=True`` where ``import hf_plm_ext`` fails; return logits."""
+    completed = subprocess.run([sys.executable, "-c", RELOAD_SCRIPT, str(model_dir), json.dumps(sentences)],
+                               capture_output=True, text=True, check=False)
+    if completed.returncode != 0:
+        raise RuntimeError(f"reloading {model_dir} in a fresh process failed:\n{completed.stderr[-3000:]}")
+    result = [line for line in completed.stdout.splitlines() if line.startswith("RESULT ")]
+    return json.loads(result[-1][len("RESULT "):])
+
+
+def run(args):
+    out = check_new_output(args.output or Path("runs") / f"demo-{datetime.now():%Y%m%d-%H%M%S}")
+    out.mkdir(parents=True)
+    books = [str(DEMO_DATA / name) for name in ("alice.txt", "frankenstein.txt")]
+    sst2 = DEMO_DATA / "sst2"
+    # The SST-2 training sentences are unlabelled text for the tokenizer and pre-training too.
+    sst2_text = out / "sst2_train_sentences.txt"
+    lines = (sst2 / "train.tsv").read_text(encoding="utf-8").splitlines()[1:]
+    sst2_text.write_text("\n".join(line.split("\t")[0] for line in lines) + "\n", encoding="utf-8")
+    corpus = books + [str(sst2_text)]
+    timings, table = {}, []
+
+    started = _step(1, "train a WordPiece tokenizer on the embedded text")
+    tokenizer = train_tokenizer(corpus, "wordpiece", vocab_size=6000)
+    tokenizer.save_pretrained(str(out / "tokenizer"))
+    print(f"{len(tokenizer)} tokens, e.g. {tokenizer.tokenize('Alice was beginning to get very tired.')}")
+    timings["tokenizer"] = time.perf_counter() - started
+
+    started = _step(2, f"pre-train a tiny macbert encoder ({TINY_ENCODER}) with the {args.objective!r} objective")
+    pretrain_args = PretrainArguments(corpus=corpus, tokenizer=str(out / "tokenizer"), output=str(out / "pretrained"),
+                                      model_type="macbert", config_overrides=TINY_ENCODER,
+                                      objective=args.objective, max_seq_length=64)
+    pretrained = pretrain(pretrain_args, _training_args(
+        args.seed, max_steps=args.pretrain_steps, per_device_train_batch_size=32, per_device_eval_batch_size=64,
+        learning_rate=1e-3, warmup_steps=max(1, args.pretrain_steps // 10), weight_decay=0.01))
+    print(f"{pretrained['num_parameters']:,} parameters, {pretrained['train_blocks']} blocks of 64 tokens; "
+          f"held-out MLM loss {pretrained['initial_eval_loss']:.3f} -> {pretrained['final_eval_loss']:.3f}")
+    timings["pretrain"] = time.perf_counter() - started
+
+    started = _step(3, "fine-tune and evaluate on the SST-2 sample (800 train / 200 dev)")
+    finetune_args = FinetuneArguments(task="sst2", model=str(out / "pretrained"), output=str(out / "sst2"),
+                                      data_dir=str(sst2), max_seq_length=64)
+    results = finetune("glue", finetune_args, _training_args(
+        args.seed, num_train_epochs=args.finetune_epochs, per_device_train_batch_size=32, learning_rate=3e-4,
+        warmup_steps=10))
+    accuracy = results["results"][0]["metrics"]["accuracy"]
+    timings["finetune"] = time.perf_counter() - started
+
+    started = _step(4, "saved checkpoint: weights + the family's code + auto_map")
+    saved = sorted(p.name for p in (out / "sst2").iterdir())
+    auto_map = json.loads((out / "sst2" / "config.json").read_text())["auto_map"]
+    print("files:", ", ".join(saved))
+    print("auto_map:", json.dumps(auto_map))
+    timings["save"] = time.perf_counter() - started
+
+    started = _step(5, "reload with AutoModelForSequenceClassification in a process without hf_plm_ext")
+    sentences = ["a charming and often affecting journey.", "unflinchingly bleak and desperate"]
+    reloaded = reload_in_fresh_process(out / "sst2", sentences)
+    from transformers import AutoModelForSequenceClassification
+
+    local = AutoModelForSequenceClassification.from_pretrained(str(out / "sst2")).eval()
+    batch = AutoTokenizer.from_pretrained(str(out / "sst2"))(sentences, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        expected = local(**batch).logits
+    max_diff = (expected - torch.tensor(reloaded["logits"])).abs().max().item()
+    print(f"loaded as {reloaded['class']}; max |logit difference| vs. this process: {max_diff:.2e}")
+    timings["reload"] = time.perf_counter() - started
+
+    table = [
+        ("tokenizer", f"wordpiece, {len(tokenizer)} tokens", timings["tokenizer"]),
+        ("pre-train", f"{args.objective}, {args.pretrain_steps} steps, held-out loss "
+                      f"{pretrained['initial_eval_loss']:.2f} -> {pretrained['final_eval_loss']:.2f}",
+         timings["pretrain"]),
+        ("fine-tune", f"SST-2 sample dev accuracy {accuracy:.3f} (200 examples)", timings["finetune"]),
+        ("save", f"{len(saved)} files incl. {', '.join(n for n in saved if n.endswith('.py'))}", timings["save"]),
+        ("reload", f"remote code, max logit diff {max_diff:.1e}", timings["reload"]),
+    ]
+    report = "| step | result | seconds |\n|---|---|---:|\n" + "".join(
+        f"| {step} | {result} | {seconds:.1f} |\n" for step, result, seconds in table)
+    (out / "demo_results.md").write_text(report)
+    print("\n" + report + f"\nEverything is in {out}")
+    if max_diff > 1e-4:
+        raise RuntimeError(f"the reloaded model disagrees with the saved one (max diff {max_diff})")

@@ -1,0 +1,56 @@
+"""``hf-plm-ext``: one console script, argparse sub-commands.
+
+Training sub-commands parse their own dataclass plus ``TrainingArguments`` with
+``HfArgumentParser``, as transformers' example scripts do.
+"""
+
+import argparse
+import dataclasses
+import sys
+
+from transformers import HfArgumentParser
+
+from hf_plm_ext.errors import UserInputError
+
+
+def add_training_command(subparsers, name, help, dataclass_types, handler, **defaults):
+    """A sub-command whose options are the fields of ``dataclass_types`` (``TrainingArguments`` included)."""
+    parser = subparsers.add_parser(name, help=help, description=help, dataclass_types=dataclass_types,
+                                   allow_abbrev=False)
+    parser.set_defaults(handler=handler, dataclass_types=dataclass_types, **defaults)
+    return parser
+
+
+def dataclasses_from(namespace):
+    """Build each of the command's dataclasses from the parsed namespace (``HfArgumentParser``'s rule)."""
+    values = vars(namespace)
+    if values.get("output_dir") is not None:
+        raise UserInputError("give the output folder with --output (--output_dir is managed by hf-plm-ext)")
+    instances = []
+    for dataclass_type in namespace.dataclass_types:
+        names = {f.name for f in dataclasses.fields(dataclass_type) if f.init}
+        instances.append(dataclass_type(**{k: v for k, v in values.items() if k in names}))
+    return instances
+
+
+def build_parser():
+    from hf_plm_ext.cli import demo, finetune, pretrain, tokenizer
+
+    parser = argparse.ArgumentParser(prog="hf-plm-ext", description=__doc__.splitlines()[0], allow_abbrev=False)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in (tokenizer, pretrain, finetune, demo):
+        module.add_to(commands)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        args.handler(args)
+    except UserInputError as err:
+        print(f"hf-plm-ext: error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""Train a tokenizer from raw text files with the ``tokenizers`` library.
+
+Every kind uses BERT's special tokens (``[PAD] [UNK] [CLS] [SEP] [MASK]``, ids 0-4) and BERT's
+``[CLS] A [SEP] B [SEP]`` template, so any kind works with the package's encoders and with the
+GLUE/CLUE runner. The result is a ``PreTrainedTokenizerFast`` that ``AutoTokenizer`` reloads.
+
+* ``wordpiece``: BERT's normaliser and pre-tokeniser. CJK characters are split apart before the
+  model sees them, so a Chinese corpus gives a character-level vocabulary like bert-base-chinese's.
+* ``wordlevel``: the same pipeline with whole words only.
+* ``bpe``: byte-level BPE (GPT-2/RoBERTa): no unknown tokens.
+* ``unigram``: SentencePiece-style unigram LM over ``▁``-marked words.
+"""
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import PreTrainedTokenizerFast
+
+from hf_plm_ext.errors import UserInputError
+from hf_plm_ext.files import check_file
+
+KINDS = ("wordpiece", "bpe", "wordlevel", "unigram")
+SPECIAL_TOKENS = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]",
+                  "sep_token": "[SEP]", "mask_token": "[MASK]"}
+
+
+def _bert_normalizer(lowercase):
+    return normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                      strip_accents=lowercase, lowercase=lowercase)
+
+
+def _pipeline(kind, vocab_size, min_frequency, lowercase):
+    """Return ``(tokenizer, trainer)`` for one kind, untrained."""
+    specials = list(SPECIAL_TOKENS.values())
+    unk = SPECIAL_TOKENS["unk_token"]
+    if kind == "wordpiece":
+        tok = Tokenizer(models.WordPiece(unk_token=unk))
+        tok.normalizer = _bert_normalizer(lowercase)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece()
+        trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                            special_tokens=specials)
+    elif kind == "wordlevel":
+        tok = Tokenizer(models.WordLevel(unk_token=unk))
+        tok.normalizer = _bert_normalizer(lowercase)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        trainer = trainers.WordLevelTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                            special_tokens=specials)
+    elif kind == "bpe":
+        tok = Tokenizer(models.BPE())
+        tok.normalizer = normalizers.Sequence([normalizers.NFC()] + ([normalizers.Lowercase()] if lowercase else []))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=specials,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    elif kind == "unigram":
+        tok = Tokenizer(models.Unigram())
+        tok.normalizer = normalizers.Sequence([normalizers.NFKC()] + ([normalizers.Lowercase()] if lowercase else []))
+        tok.pre_tokenizer = pre_tokenizers.Metaspace()
+        tok.decoder = decoders.Metaspace()
+        trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials, unk_token=unk)
+    else:
+        raise UserInputError(f"unknown tokenizer kind {kind!r}; choose one of {', '.join(KINDS)}")
+    return tok, trainer
+
+
+def train_tokenizer(corpus_files, kind="wordpiece", vocab_size=8000, min_frequency=2, lowercase=True,
+                    model_max_length=512) -> PreTrainedTokenizerFast:
+    """Train a tokenizer of ``kind`` on ``corpus_files`` (plain UTF-8 text, read line by line)."""
+    if not corpus_files:
+        raise UserInputError("no corpus files given")
+    files = [str(check_file(f, "corpus file")) for f in corpus_files]
+    if vocab_size < len(SPECIAL_TOKENS) + 1:
+        raise UserInputError(f"--vocab-size must be larger than the {len(SPECIAL_TOKENS)} special tokens, "
+                             f"got {vocab_size}")
+    tok, trainer = _pipeline(kind, vocab_size, min_frequency, lowercase)
+    tok.train(files, trainer)
+    if tok.get_vocab_size() <= len(SPECIAL_TOKENS):
+        raise UserInputError(f"the corpus ({', '.join(files)}) yielded no vocabulary: is it empty?")
+    cls, sep = SPECIAL_TOKENS["cls_token"], SPECIAL_TOKENS["sep_token"]
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{cls} $A {sep}",
+        pair=f"{cls} $A {sep} $B:1 {sep}:1",
+        special_tokens=[(cls, tok.token_to_id(cls)), (sep, tok.token_to_id(sep))],
+    )
+    return PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=model_max_length,
+                                   model_input_names=["input_ids", "token_type_ids", "attention_mask"],
+                                   **SPECIAL_TOKENS)

@@ -1,0 +1,137 @@
+"""Read GLUE TSV and CLUE JSON-lines files exactly as the benchmarks distribute them.
+
+GLUE: tab-separated, no quoting (quotes are literal), an optional UTF-8 BOM on the header
+(MRPC), no header at all for CoLA. CLUE: one JSON object per line. Every problem is reported
+as ``file:line: what``.
+"""
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from hf_plm_ext.errors import UserInputError
+from hf_plm_ext.eval.tasks import Task
+from hf_plm_ext.files import check_file
+
+
+@dataclass
+class Examples:
+    """Columns of one split: ``text_a``, ``text_b`` (``None`` entries for single-sentence
+    tasks), ``label`` (class index, or float score for regression) and source ``line`` numbers."""
+
+    text_a: list
+    text_b: list
+    label: list
+    line: list
+
+    def __len__(self):
+        return len(self.label)
+
+    def to_dict(self):
+        columns = {"text_a": self.text_a, "label": self.label, "line": self.line}
+        if any(b is not None for b in self.text_b):
+            columns["text_b"] = self.text_b
+        return columns
+
+
+def read_examples(task: Task, path) -> Examples:
+    path = check_file(path, f"{task.name} data file")
+    records = _read_tsv(task, path) if task.benchmark == "glue" else _read_json_lines(path)
+    examples = Examples([], [], [], [])
+    for line_no, record in records:
+        where = f"{path}:{line_no}"
+        raw_label = _field(record, task.label, where)
+        if isinstance(raw_label, (int, float)) and not isinstance(raw_label, bool):
+            raw_label = str(raw_label)
+        if raw_label in task.skip_labels:
+            continue
+        examples.label.append(_label_value(task, raw_label, where))
+        if task.build_texts is not None:
+            try:
+                text_a, text_b = task.build_texts(record)
+            except (KeyError, TypeError, ValueError) as err:
+                raise UserInputError(f"{where}: malformed {task.name} record: {err!r}") from None
+        else:
+            text_a = _field(record, task.text_a, where)
+            text_b = None if task.text_b is None else _field(record, task.text_b, where)
+        for text in (text_a, text_b):
+            if text is not None and not isinstance(text, str):
+                raise UserInputError(f"{where}: expected text, got {type(text).__name__} {text!r}")
+        examples.text_a.append(text_a)
+        examples.text_b.append(text_b)
+        examples.line.append(line_no)
+    if not examples.label:
+        raise UserInputError(f"{path}: no examples")
+    return examples
+
+
+def read_label_list(path) -> list[str]:
+    """CLUE's ``labels.json``: one ``{"label": ..., "label_desc": ...}`` object per line."""
+    return [str(_field(record, "label", f"{path}:{line_no}")) for line_no, record in _read_json_lines(path)]
+
+
+def _lines(path: Path):
+    with open(path, encoding="utf-8-sig", newline="") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            line = line.rstrip("\r\n")
+            if line.strip():
+                yield line_no, line
+
+
+def _read_tsv(task: Task, path: Path):
+    lines = _lines(path)
+    if not task.has_header:
+        yield from ((line_no, line.split("\t")) for line_no, line in lines)
+        return
+    header_line = next(lines, None)
+    if header_line is None:
+        raise UserInputError(f"{path}: empty file")
+    header_no, header = header_line[0], header_line[1].split("\t")
+    wanted = [c for c in (task.text_a, task.text_b, task.label) if c is not None]
+    missing = [c for c in wanted if c not in header]
+    if missing:
+        raise UserInputError(f"{path}:{header_no}: header lacks column(s) {missing} for task {task.name} "
+                             f"(header: {header})")
+    for line_no, line in lines:
+        fields = line.split("\t")
+        if len(fields) != len(header):
+            raise UserInputError(f"{path}:{line_no}: expected {len(header)} tab-separated fields as in the "
+                                 f"header, got {len(fields)}")
+        yield line_no, dict(zip(header, fields))
+
+
+def _read_json_lines(path: Path):
+    for line_no, line in _lines(path):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise UserInputError(f"{path}:{line_no}: not valid JSON ({err.msg} at column {err.colno})") from None
+        if not isinstance(record, dict):
+            raise UserInputError(f"{path}:{line_no}: expected a JSON object, got {type(record).__name__}")
+        yield line_no, record
+
+
+def _field(record, key, where):
+    if isinstance(key, int):
+        if key >= len(record):
+            raise UserInputError(f"{where}: expected at least {key + 1} tab-separated fields, got {len(record)}")
+        return record[key]
+    if key not in record:
+        raise UserInputError(f"{where}: missing field {key!r}")
+    return record[key]
+
+
+def _label_value(task: Task, raw_label, where):
+    if task.is_regression:
+        try:
+            score = float(raw_label)
+        except (TypeError, ValueError):
+            score = math.nan
+        if not 0.0 <= score <= 5.0:
+            raise UserInputError(f"{where}: {task.name} score must be a number in [0, 5], got {raw_label!r}")
+        return score
+    if raw_label not in task.labels:
+        raise UserInputError(f"{where}: label {raw_label!r} is not one of the {task.name} labels "
+                             f"{list(task.labels)}")
+    return task.labels.index(raw_label)

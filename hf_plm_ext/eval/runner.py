@@ -1,0 +1,165 @@
+"""Fine-tune and evaluate any ``AutoModelForSequenceClassification`` checkpoint on a GLUE/CLUE task."""
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from datasets import Dataset
+from transformers import (
+    AutoConfig,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    DataCollatorWithPadding,
+    Trainer,
+    TrainingArguments,
+)
+
+from hf_plm_ext.errors import UserInputError
+from hf_plm_ext.eval.readers import read_examples, read_label_list
+from hf_plm_ext.eval.tasks import Task, get_task, load_metric
+from hf_plm_ext.files import staged_output
+from hf_plm_ext.training.checks import check_tokenizer_fits, load_pretrained
+
+
+@dataclass
+class FinetuneArguments:
+    task: str = field(metadata={"help": "task name (see the task table)"})
+    model: str = field(metadata={"help": "checkpoint directory (or Hub id, when online)"})
+    output: str = field(metadata={"help": "new directory for the fine-tuned model and eval_results.json"})
+    data_dir: str | None = field(default=None, metadata={"help": "folder with the task's files under their "
+                                                                  "official names (train.tsv/dev.tsv, ...)"})
+    train_file: str | None = field(default=None, metadata={"help": "training file (overrides --data-dir's)"})
+    validation_file: str | None = field(default=None, metadata={"help": "validation file (overrides "
+                                                                        "--data-dir's)"})
+    max_seq_length: int = field(default=128, metadata={"help": "longer inputs are truncated"})
+    max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training "
+                                                                         "examples"})
+    ignore_mismatched_sizes: bool = field(default=False, metadata={"help": "replace a checkpoint's classifier "
+                                                                           "whose label count differs"})
+
+
+def task_files(task: Task, args: FinetuneArguments) -> tuple[Path, dict[str, Path]]:
+    if args.data_dir is None and (args.train_file is None or args.validation_file is None):
+        raise UserInputError("give --data-dir, or both --train-file and --validation-file")
+    data_dir = Path(args.data_dir) if args.data_dir else None
+    if data_dir is not None and not data_dir.is_dir():
+        raise UserInputError(f"--data-dir {data_dir} is not a directory")
+    train = Path(args.train_file) if args.train_file else data_dir / task.train_file
+    if args.validation_file:
+        validation = {"dev": Path(args.validation_file)}
+    else:
+        validation = {split: data_dir / name for split, name in task.validation_files.items()}
+    return train, validation
+
+
+def check_labels_file(task: Task, data_dir):
+    if task.labels_file is None or data_dir is None:
+        return
+    path = Path(data_dir) / task.labels_file
+    if not path.is_file():
+        return
+    listed = read_label_list(path)
+    unknown = sorted(set(listed) - set(task.labels))
+    if unknown:
+        raise UserInputError(f"{path}: labels {unknown} are not in the {task.name} label set {list(task.labels)}")
+
+
+def tokenize(examples, tokenizer, max_seq_length):
+    columns = examples.to_dict()
+    dataset = Dataset.from_dict(columns)
+
+    def encode(batch):
+        pair = (batch["text_a"], batch["text_b"]) if "text_b" in batch else (batch["text_a"],)
+        return tokenizer(*pair, truncation=True, max_length=max_seq_length)
+
+    text_columns = [c for c in ("text_a", "text_b", "line") if c in columns]
+    return dataset.map(encode, batched=True, remove_columns=text_columns).rename_column("label", "labels")
+
+
+def make_compute_metrics(task: Task):
+    metric = load_metric(task)
+
+    def compute_metrics(eval_prediction):
+        logits = eval_prediction.predictions
+        logits = logits[0] if isinstance(logits, tuple) else logits
+        predictions = logits[:, 0] if task.is_regression else np.argmax(logits, axis=-1)
+        return metric.compute(predictions=predictions, references=eval_prediction.label_ids)
+
+    return compute_metrics
+
+
+def finetune(benchmark: str, args: FinetuneArguments, training_args: TrainingArguments) -> dict:
+    """Fine-tune ``args.model`` on one task, evaluate every validation split, write the model,
+    ``eval_results.json`` and ``eval_results.md`` into ``args.output`` (all or nothing)."""
+    task = get_task(benchmark, args.task)
+    train_path, validation_paths = task_files(task, args)
+    check_labels_file(task, args.data_dir)
+    train_examples = read_examples(task, train_path)
+    validation_examples = {split: read_examples(task, path) for split, path in validation_paths.items()}
+
+    label_kwargs = {"num_labels": task.num_labels}
+    if task.is_regression:
+        label_kwargs["problem_type"] = "regression"
+    else:
+        label_kwargs["id2label"] = dict(enumerate(task.labels))
+        label_kwargs["label2id"] = {label: i for i, label in enumerate(task.labels)}
+    tokenizer = load_pretrained(AutoTokenizer, args.model, "tokenizer")
+    config = load_pretrained(AutoConfig, args.model, "config", finetuning_task=task.name, **label_kwargs)
+    model = load_pretrained(AutoModelForSequenceClassification, args.model, "model", config=config,
+                            ignore_mismatched_sizes=args.ignore_mismatched_sizes)
+    check_tokenizer_fits(tokenizer, model, args.model)
+
+    train_dataset = tokenize(train_examples, tokenizer, args.max_seq_length)
+    if args.max_train_samples is not None:
+        train_dataset = train_dataset.select(range(min(args.max_train_samples, len(train_dataset))))
+    eval_datasets = {split: tokenize(ex, tokenizer, args.max_seq_length) for split, ex in validation_examples.items()}
+
+    with staged_output(args.output) as staging:
+        training_args.output_dir = str(staging)
+        trainer = Trainer(
+            model=model,
+            args=training_args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_datasets,
+            processing_class=tokenizer,
+            data_collator=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8),
+            compute_metrics=make_compute_metrics(task),
+        )
+        # Sequence-classification heads return batch means: let the Trainer scale for gradient accumulation.
+        trainer.model_accepts_loss_kwargs = False
+        train_result = trainer.train()
+        results = {
+            "benchmark": benchmark,
+            "task": task.name,
+            "model": str(args.model),
+            "train_file": str(train_path),
+            "num_train_examples": len(train_dataset),
+            "train_metrics": train_result.metrics,
+            "results": [],
+        }
+        for split, dataset in eval_datasets.items():
+            metrics = trainer.evaluate(dataset, metric_key_prefix="eval")
+            results["results"].append({
+                "split": split,
+                "file": str(validation_paths[split]),
+                "num_examples": len(dataset),
+                "metrics": {name: metrics[f"eval_{name}"] for name in task.metrics},
+                "eval_loss": metrics.get("eval_loss"),
+            })
+        if trainer.is_world_process_zero():
+            trainer.save_model(str(staging))
+            (staging / "eval_results.json").write_text(json.dumps(results, indent=2) + "\n")
+            (staging / "eval_results.md").write_text(results_table([results]))
+    return results
+
+
+def results_table(all_results: list[dict]) -> str:
+    """A markdown table with one row per (task, split, metric)."""
+    rows = ["| benchmark | task | split | metric | value |", "|---|---|---|---|---:|"]
+    for results in all_results:
+        for split in results["results"]:
+            for name, value in split["metrics"].items():
+                rows.append(f"| {results['benchmark']} | {results['task']} | {split['split']} | {name} | "
+                            f"{value:.4f} |")
+    return "\n".join(rows) + "\n"

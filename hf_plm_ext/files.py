@@ -1,0 +1,56 @@
+"""Output directories that appear whole or not at all."""
+
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+
+from hf_plm_ext.errors import UserInputError
+
+
+def check_new_output(path) -> Path:
+    path = Path(path)
+    if path.exists():
+        raise UserInputError(f"output directory {path} already exists; choose another --output or remove it")
+    return path
+
+
+def check_file(path, what="file") -> Path:
+    path = Path(path)
+    if not path.is_file():
+        raise UserInputError(f"{what} not found: {path}")
+    return path
+
+
+def _is_main_process() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+@contextmanager
+def staged_output(final):
+    """Yield a hidden sibling folder to write into; rename it to ``final`` on success, delete it on error.
+
+    Under ``torchrun``/``accelerate launch`` every rank gets the same folder (named after the
+    launch's run id); only rank 0 renames or deletes it.
+    """
+    final = check_new_output(final)
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID") or str(os.getpid())
+    staging = final.parent / f".{final.name}.partial-{run_id}"
+    staging.mkdir(parents=True, exist_ok=True)
+    try:
+        yield staging
+    except BaseException:
+        if _is_main_process():
+            shutil.rmtree(staging, ignore_errors=True)
+        raise
+    _wait_for_other_ranks()
+    if _is_main_process():
+        check_new_output(final)
+        staging.rename(final)
+
+
+def _wait_for_other_ranks():
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()

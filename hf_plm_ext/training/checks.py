@@ -1,0 +1,29 @@
+"""Loading checkpoints with one clear error instead of a deep traceback."""
+
+from pathlib import Path
+
+from hf_plm_ext.errors import UserInputError
+
+
+def load_pretrained(auto_class, name_or_path, what, **kwargs):
+    """``auto_class.from_pretrained`` that reports a missing or unreadable checkpoint as a ``UserInputError``."""
+    path = Path(name_or_path)
+    looks_local = path.is_absolute() or str(name_or_path).startswith(".") or path.exists()
+    if looks_local and not path.is_dir():
+        raise UserInputError(f"{what} directory not found: {name_or_path}")
+    try:
+        return auto_class.from_pretrained(name_or_path, **kwargs)
+    except (OSError, ValueError, KeyError) as err:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserInputError(f"cannot load the {what} from {name_or_path}: {first_line}") from None
+
+
+def check_tokenizer_fits(tokenizer, model, where):
+    """A tokenizer whose ids run past the model's embedding table would crash deep inside ``forward``."""
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > rows:
+        raise UserInputError(
+            f"the tokenizer at {where} has {len(tokenizer)} tokens but the model's input embeddings have only "
+            f"{rows} rows: they do not belong together (use the model's own tokenizer, or resize the "
+            f"embeddings with model.resize_token_embeddings)"
+        )

@@ -1,0 +1,129 @@
+"""Pre-train an encoder of one of the package's families from raw text with the stock ``Trainer``.
+
+An objective is data + loss: a collator that makes the inputs and labels, and the model head
+that turns them into a loss. ``OBJECTIVES`` maps an objective's name to both; families add
+their objectives there (``--objective``).
+"""
+
+import json
+from dataclasses import dataclass, field
+
+from datasets import load_dataset
+from transformers import (
+    AutoConfig,
+    AutoModelForMaskedLM,
+    AutoTokenizer,
+    DataCollatorForLanguageModeling,
+    Trainer,
+    TrainingArguments,
+)
+
+from hf_plm_ext.errors import UserInputError
+from hf_plm_ext.files import check_file, staged_output
+from hf_plm_ext.registry import supported_model_types
+from hf_plm_ext.training.checks import check_tokenizer_fits, load_pretrained
+
+
+@dataclass
+class PretrainArguments:
+    corpus: list[str] = field(metadata={"help": "UTF-8 text files, one paragraph or sentence per line"})
+    tokenizer: str = field(metadata={"help": "tokenizer directory (e.g. from `hf-plm-ext tokenizer train`)"})
+    output: str = field(metadata={"help": "new directory for the pre-trained model"})
+    model: str | None = field(default=None, metadata={"help": "continue from this checkpoint instead of a "
+                                                               "fresh model"})
+    model_type: str = field(default="macbert", metadata={"help": "family of a fresh model"})
+    config_overrides: str | None = field(default=None, metadata={"help": "fresh model's config, e.g. "
+                                                                          "'hidden_size=128,num_hidden_layers=2'"})
+    objective: str = field(default="mlm", metadata={"help": "pre-training objective"})
+    max_seq_length: int = field(default=128, metadata={"help": "tokens per training block"})
+    mlm_probability: float = field(default=0.15, metadata={"help": "fraction of tokens to predict"})
+    validation_fraction: float = field(default=0.05, metadata={"help": "held-out share of the blocks"})
+
+
+def _mlm_collator(tokenizer, args):
+    return DataCollatorForLanguageModeling(tokenizer, mlm_probability=args.mlm_probability, pad_to_multiple_of=8)
+
+
+OBJECTIVES = {
+    # name: (Auto class of the head that computes the loss, collator factory)
+    "mlm": (AutoModelForMaskedLM, _mlm_collator),
+}
+
+
+def token_blocks(corpus_files, tokenizer, block_length, seed=0, validation_fraction=0.05):
+    """Tokenise text files and cut the token stream into ``[CLS] ... [SEP]`` blocks of ``block_length``.
+
+    Returns a ``DatasetDict`` with ``train`` and ``validation`` splits of ``input_ids``.
+    """
+    files = [str(check_file(f, "corpus file")) for f in corpus_files]
+    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
+        raise UserInputError("the tokenizer has no [CLS]/[SEP] tokens; encoders need both")
+    if block_length < 8:
+        raise UserInputError(f"--max_seq_length must be at least 8, got {block_length}")
+    raw = load_dataset("text", data_files={"train": files})["train"]
+    body = block_length - 2
+
+    def to_blocks(batch):
+        ids = [i for line in tokenizer(batch["text"], add_special_tokens=False)["input_ids"] for i in line]
+        blocks = [ids[start:start + body] for start in range(0, len(ids) - body + 1, body)]
+        return {"input_ids": [[tokenizer.cls_token_id, *b, tokenizer.sep_token_id] for b in blocks]}
+
+    blocks = raw.map(to_blocks, batched=True, batch_size=2000, remove_columns=["text"], desc="token blocks")
+    if len(blocks) < 2:
+        raise UserInputError(f"the corpus ({', '.join(files)}) gives fewer than 2 blocks of {block_length} tokens")
+    return blocks.train_test_split(test_size=max(1, int(len(blocks) * validation_fraction)), seed=seed,
+                                   shuffle=True)
+
+
+def build_model(args: PretrainArguments, tokenizer, model_class):
+    if args.model is not None:
+        model = load_pretrained(model_class, args.model, "model")
+        check_tokenizer_fits(tokenizer, model, args.tokenizer)
+        return model
+    if args.model_type not in supported_model_types():
+        raise UserInputError(f"unknown --model_type {args.model_type!r}; choose one of {supported_model_types()}")
+    config = AutoConfig.for_model(args.model_type, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                                  max_position_embeddings=max(512, args.max_seq_length))
+    if args.config_overrides:
+        try:
+            config.update_from_string(args.config_overrides)
+            config.validate()
+        except (ValueError, AttributeError, TypeError) as err:
+            raise UserInputError(f"--config_overrides {args.config_overrides!r}: {err}") from None
+    return model_class.from_config(config)
+
+
+def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:
+    """Pre-train with ``args.objective``; write the model, tokenizer and ``pretrain_results.json``."""
+    if args.objective not in OBJECTIVES:
+        raise UserInputError(f"unknown objective {args.objective!r}; choose one of {list(OBJECTIVES)}")
+    model_class, make_collator = OBJECTIVES[args.objective]
+    tokenizer = load_pretrained(AutoTokenizer, args.tokenizer, "tokenizer")
+    model = build_model(args, tokenizer, model_class)
+    with training_args.main_process_first(desc="token blocks"):
+        blocks = token_blocks(args.corpus, tokenizer, args.max_seq_length, training_args.seed,
+                              args.validation_fraction)
+    with staged_output(args.output) as staging:
+        training_args.output_dir = str(staging)
+        trainer = Trainer(model=model, args=training_args, train_dataset=blocks["train"],
+                          eval_dataset=blocks["test"], processing_class=tokenizer,
+                          data_collator=make_collator(tokenizer, args))
+        trainer.model_accepts_loss_kwargs = False  # heads return batch means
+        initial = trainer.evaluate(metric_key_prefix="initial")
+        train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        final = trainer.evaluate()
+        results = {
+            "objective": args.objective,
+            "model_type": model.config.model_type,
+            "num_parameters": model.num_parameters(),
+            "train_blocks": len(blocks["train"]),
+            "validation_blocks": len(blocks["test"]),
+            "block_length": args.max_seq_length,
+            "initial_eval_loss": initial["initial_loss"],
+            "final_eval_loss": final["eval_loss"],
+            "train_metrics": train_result.metrics,
+        }
+        if trainer.is_world_process_zero():
+            trainer.save_model(str(staging))
+            (staging / "pretrain_results.json").write_text(json.dumps(results, indent=2) + "\n")
+    return results
