@@ -20,6 +20,7 @@ from hf_plm_ext.eval.readers import read_examples, read_label_list
 from hf_plm_ext.eval.tasks import Task, get_task, load_metric
 from hf_plm_ext.files import staged_output
 from hf_plm_ext.training.checks import check_tokenizer_fits, load_pretrained
+from hf_plm_ext.training.saving import save_final
 
 
 @dataclass
@@ -105,7 +106,8 @@ def finetune(benchmark: str, args: FinetuneArguments, training_args: TrainingArg
         label_kwargs["id2label"] = dict(enumerate(task.labels))
         label_kwargs["label2id"] = {label: i for i, label in enumerate(task.labels)}
     tokenizer = load_pretrained(AutoTokenizer, args.model, "tokenizer")
-    config = load_pretrained(AutoConfig, args.model, "config", finetuning_task=task.name, **label_kwargs)
+    config = load_pretrained(AutoConfig, args.model, "config", **label_kwargs)
+    config.finetuning_task = task.name
     model = load_pretrained(AutoModelForSequenceClassification, args.model, "model", config=config,
                             ignore_mismatched_sizes=args.ignore_mismatched_sizes)
     check_tokenizer_fits(tokenizer, model, args.model)
@@ -148,7 +150,7 @@ def finetune(benchmark: str, args: FinetuneArguments, training_args: TrainingArg
                 "eval_loss": metrics.get("eval_loss"),
             })
         if trainer.is_world_process_zero():
-            trainer.save_model(str(staging))
+            save_final(trainer, staging)
             (staging / "eval_results.json").write_text(json.dumps(results, indent=2) + "\n")
             (staging / "eval_results.md").write_text(results_table([results]))
     return results

