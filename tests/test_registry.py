@@ -1,6 +1,7 @@
 import json
 
 import pytest
+from huggingface_hub.errors import StrictDataclassError
 import torch
 import transformers
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, BertModel
@@ -92,7 +93,7 @@ def test_in_process_load_needs_no_trust_remote_code(tmp_path):
     (dict(pad_token_id=5000), "pad_token_id"),
 ])
 def test_config_rejects_bad_fields_by_name(bad, field):
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(StrictDataclassError, match=field):  # what transformers' own configs raise
         tiny_macbert_config(**bad)
 
 

@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+from huggingface_hub.errors import StrictDataclassError
+
 from hf_plm_ext.errors import UserInputError
 
 
@@ -19,7 +21,7 @@ def load_pretrained(auto_class, name_or_path, what, **kwargs):
         raise UserInputError(f"the {what} at {name_or_path} has layers of other sizes than asked for (e.g. a "
                              f"classifier for another label count); pass --ignore_mismatched_sizes to "
                              f"re-initialise them") from None
-    except (OSError, ValueError, KeyError) as err:
+    except (OSError, ValueError, KeyError, StrictDataclassError) as err:
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserInputError(f"cannot load the {what} from {name_or_path}: {first_line}") from None
 

@@ -9,6 +9,7 @@ import json
 from dataclasses import dataclass, field
 
 from datasets import load_dataset
+from huggingface_hub.errors import StrictDataclassError
 from transformers import (
     AutoConfig,
     AutoModelForMaskedLM,
@@ -89,9 +90,13 @@ def build_model(args: PretrainArguments, tokenizer, model_class):
         try:
             config.update_from_string(args.config_overrides)
             config.validate()
-        except (ValueError, AttributeError, TypeError) as err:
-            raise UserInputError(f"--config_overrides {args.config_overrides!r}: {err}") from None
+        except (ValueError, AttributeError, TypeError, StrictDataclassError) as err:
+            raise UserInputError(f"--config_overrides {args.config_overrides!r}: {_last_line(err)}") from None
     return model_class.from_config(config)
+
+
+def _last_line(err):
+    return str(err).strip().splitlines()[-1].strip()
 
 
 def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:

@@ -5,9 +5,11 @@ keeps BERT's architecture and changes only the pre-training objective, so its co
 BERT's plus a distinct ``model_type`` and validated fields.
 """
 
+from huggingface_hub.dataclasses import strict
 from transformers import BertConfig
 
 
+@strict
 class MacBertConfig(BertConfig):
     r"""Configuration of a MacBERT encoder; every field means what it means in [`BertConfig`].
 
@@ -20,12 +22,15 @@ class MacBertConfig(BertConfig):
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
-        _check_fields(self)
         # Set by hf_plm_ext's registry: the family's complete ``auto_map``, written on save so that a
         # checkpoint loads through every Auto class the family supports, not only the saved one.
         family_auto_map = getattr(type(self), "_family_auto_map", None)
         if family_auto_map and getattr(self, "auto_map", None) is None:
             self.auto_map = dict(family_auto_map)
+
+    def validate_macbert_fields(self):
+        """Run by ``@strict`` after ``__init__`` and by ``config.validate()``."""
+        _check_fields(self)
 
 
 def _check_fields(config):

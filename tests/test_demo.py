@@ -1,0 +1,14 @@
+from conftest import run_cli
+
+
+def test_demo_runs_end_to_end_and_reloads_with_remote_code(tmp_path, capsys):
+    out = tmp_path / "demo"
+    code, stdout, stderr = run_cli(["demo", "--output", out, "--pretrain-steps", 20, "--finetune-epochs", 1], capsys)
+    assert code == 0, stderr[-3000:]
+    for step in range(1, 6):
+        assert f"step {step}/5" in stdout
+    assert "transformers_modules" in stdout  # reloaded from the saved code, not the installed package
+    report = (out / "demo_results.md").read_text()
+    assert "| reload | remote code, max logit diff" in report
+    assert {"tokenizer", "pretrained", "sst2"} <= {p.name for p in out.iterdir()}
+    assert (out / "sst2" / "modeling_macbert.py").is_file()

@@ -1,0 +1,36 @@
+import json
+
+from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+from hf_plm_ext import MacBertForMaskedLM
+
+from conftest import run_cli
+
+TINY = "hidden_size=64,num_hidden_layers=2,num_attention_heads=2,intermediate_size=128"
+
+
+def test_mlm_pretraining_on_real_text_lowers_held_out_loss(tmp_path, english_tokenizer_dir, shared_data, capsys):
+    out = tmp_path / "pretrained"
+    code, stdout, stderr = run_cli([
+        "pretrain", "mlm", "--corpus", shared_data / "corpus/en/gutenberg/11-0.txt",
+        "--tokenizer", english_tokenizer_dir, "--config_overrides", TINY, "--max_seq_length", 64,
+        "--output", out, "--max_steps", 60, "--learning_rate", 2e-3, "--per_device_train_batch_size", 16,
+        "--seed", 0, "--disable_tqdm", "true", "--save_strategy", "no",
+    ], capsys)
+    assert code == 0, stderr
+    results = json.loads((out / "pretrain_results.json").read_text())
+    assert results["final_eval_loss"] < results["initial_eval_loss"] - 0.5
+    model = AutoModelForMaskedLM.from_pretrained(out)
+    assert isinstance(model, MacBertForMaskedLM) and model.config.hidden_size == 64
+    assert model.config.vocab_size == len(AutoTokenizer.from_pretrained(out))
+    assert "eval loss" in stdout
+
+
+def test_bad_config_override_and_unknown_family(tmp_path, english_tokenizer_dir, shared_data, capsys):
+    base = ["pretrain", "mlm", "--corpus", shared_data / "corpus/en/gutenberg/11-0.txt",
+            "--tokenizer", english_tokenizer_dir, "--output", tmp_path / "out"]
+    code, _, stderr = run_cli(base + ["--config_overrides", "hidden_size=30,num_attention_heads=4"], capsys)
+    assert code == 2 and "hidden_size" in stderr
+    code, _, stderr = run_cli(base + ["--model_type", "gpt9"], capsys)
+    assert code == 2 and "unknown --model_type 'gpt9'" in stderr
+    assert not (tmp_path / "out").exists()
