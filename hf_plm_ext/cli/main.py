@@ -8,16 +8,24 @@ import argparse
 import dataclasses
 import sys
 
+import torch
 from transformers import HfArgumentParser
 
 from hf_plm_ext.errors import UserInputError
+
+
+def has_accelerator() -> bool:
+    accelerator = getattr(torch, "accelerator", None)
+    return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
 
 
 def add_training_command(subparsers, name, help, dataclass_types, handler, **defaults):
     """A sub-command whose options are the fields of ``dataclass_types`` (``TrainingArguments`` included)."""
     parser = subparsers.add_parser(name, help=help, description=help, dataclass_types=dataclass_types,
                                    allow_abbrev=False)
-    parser.set_defaults(handler=handler, dataclass_types=dataclass_types, **defaults)
+    # On a machine without an accelerator, `torchrun` only gets gloo data parallelism with use_cpu=True;
+    # otherwise every rank would silently train its own copy.
+    parser.set_defaults(handler=handler, dataclass_types=dataclass_types, use_cpu=not has_accelerator(), **defaults)
     return parser
 
 

@@ -137,6 +137,7 @@ def finetune(benchmark: str, args: FinetuneArguments, training_args: TrainingArg
             "model": str(args.model),
             "train_file": str(train_path),
             "num_train_examples": len(train_dataset),
+            "world_size": training_args.world_size,
             "train_metrics": train_result.metrics,
             "results": [],
         }

@@ -122,6 +122,7 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:
             "objective": args.objective,
             "model_type": model.config.model_type,
             "num_parameters": model.num_parameters(),
+            "world_size": training_args.world_size,
             "train_blocks": len(blocks["train"]),
             "validation_blocks": len(blocks["test"]),
             "block_length": args.max_seq_length,

@@ -1,0 +1,50 @@
+"""The training commands run unchanged under torchrun / accelerate launch (gloo on CPU)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification
+
+pytestmark = pytest.mark.slow
+
+LAUNCHERS = {
+    "torchrun": [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"],
+    # accelerate only forks several processes through its torchrun path (--multi_gpu); with no GPU the
+    # ranks run on the CPU with gloo (hf-plm-ext sets use_cpu when there is no accelerator).
+    "accelerate": [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--multi_gpu",
+                   "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"],
+}
+COMMON = ["--max_steps", "3", "--per_device_train_batch_size", "4", "--disable_tqdm", "true", "--save_strategy", "no"]
+
+
+def _launch(launcher, args, cwd):
+    command = LAUNCHERS[launcher] + ["-m", "hf_plm_ext.cli.main", *map(str, args), *COMMON]
+    return subprocess.run(command, capture_output=True, text=True, cwd=cwd, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+@pytest.mark.parametrize("launcher", list(LAUNCHERS))
+def test_finetune_on_two_processes(launcher, tmp_path, tiny_classifier_dir, shared_data):
+    out = tmp_path / "sst2"
+    proc = _launch(launcher, ["finetune", "glue", "--task", "sst2", "--model", tiny_classifier_dir,
+                              "--data-dir", shared_data / "glue/SST-2", "--max_train_samples", 64,
+                              "--output", out], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]  # the launcher fails if any rank fails
+    results = json.loads((out / "eval_results.json").read_text())
+    assert results["world_size"] == 2
+    AutoModelForSequenceClassification.from_pretrained(out)
+    assert [p.name for p in tmp_path.iterdir()] == ["sst2"]
+
+
+def test_pretrain_on_two_processes(tmp_path, english_tokenizer_dir, shared_data):
+    out = tmp_path / "pretrained"
+    proc = _launch("torchrun", ["pretrain", "mlm", "--corpus", shared_data / "corpus/en/gutenberg/11-0.txt",
+                                "--tokenizer", english_tokenizer_dir, "--max_seq_length", 32, "--output", out,
+                                "--config_overrides", "hidden_size=32,num_hidden_layers=1,num_attention_heads=2"],
+                   tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert json.loads((out / "pretrain_results.json").read_text())["world_size"] == 2
+    AutoModelForMaskedLM.from_pretrained(out)
