@@ -109,6 +109,8 @@ def test_bad_inputs_exit_2_and_write_nothing(tmp_path, tiny_classifier_dir, engl
     mismatched = tmp_path / "mismatched"
     MacBertForSequenceClassification(tiny_macbert_config(vocab_size=100)).save_pretrained(mismatched)
     AutoTokenizer.from_pretrained(english_tokenizer_dir).save_pretrained(mismatched)
+    cases["sequence too long"] = (["glue", "sst2", tiny_classifier_dir, "--data-dir", sst2, "--max_seq_length", 512],
+                                  "exceeds the model's max_position_embeddings (128)")
     cases["tokenizer too big"] = (["glue", "sst2", mismatched, "--data-dir", sst2], "do not belong together")
     for name, ((benchmark, task, model, *extra), message) in cases.items():
         out = tmp_path / f"out-{name.replace(' ', '-')}"

@@ -19,7 +19,7 @@ from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.eval.readers import read_examples, read_label_list
 from hf_plm_ext.eval.tasks import Task, get_task, load_metric
 from hf_plm_ext.files import staged_output
-from hf_plm_ext.training.checks import check_tokenizer_fits, load_pretrained
+from hf_plm_ext.training.checks import check_sequence_length, check_tokenizer_fits, load_pretrained
 from hf_plm_ext.training.saving import save_final
 
 
@@ -111,6 +111,7 @@ def finetune(benchmark: str, args: FinetuneArguments, training_args: TrainingArg
     model = load_pretrained(AutoModelForSequenceClassification, args.model, "model", config=config,
                             ignore_mismatched_sizes=args.ignore_mismatched_sizes)
     check_tokenizer_fits(tokenizer, model, args.model)
+    check_sequence_length(model, args.max_seq_length)
 
     train_dataset = tokenize(train_examples, tokenizer, args.max_seq_length)
     if args.max_train_samples is not None:

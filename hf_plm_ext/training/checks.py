@@ -35,3 +35,11 @@ def check_tokenizer_fits(tokenizer, model, where):
             f"{rows} rows: they do not belong together (use the model's own tokenizer, or resize the "
             f"embeddings with model.resize_token_embeddings)"
         )
+
+
+def check_sequence_length(model, max_seq_length):
+    """Longer inputs than the position table would crash deep inside ``forward``."""
+    positions = getattr(model.config, "max_position_embeddings", None)
+    if positions is not None and max_seq_length > positions:
+        raise UserInputError(f"--max_seq_length {max_seq_length} exceeds the model's max_position_embeddings "
+                             f"({positions})")

@@ -22,7 +22,7 @@ from transformers import (
 from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.files import check_file, staged_output
 from hf_plm_ext.registry import supported_model_types
-from hf_plm_ext.training.checks import check_tokenizer_fits, load_pretrained
+from hf_plm_ext.training.checks import check_sequence_length, check_tokenizer_fits, load_pretrained
 from hf_plm_ext.training.saving import save_final
 
 
@@ -81,6 +81,7 @@ def build_model(args: PretrainArguments, tokenizer, model_class):
     if args.model is not None:
         model = load_pretrained(model_class, args.model, "model")
         check_tokenizer_fits(tokenizer, model, args.tokenizer)
+        check_sequence_length(model, args.max_seq_length)
         return model
     if args.model_type not in supported_model_types():
         raise UserInputError(f"unknown --model_type {args.model_type!r}; choose one of {supported_model_types()}")
