@@ -90,6 +90,13 @@ def test_malformed_json_lines_names_file_and_line(tmp_path, content, message):
     assert str(path) in str(err.value) and message in str(err.value)
 
 
+def test_non_utf8_line_names_file_and_line(tmp_path):
+    path = tmp_path / "dev.tsv"
+    path.write_bytes("sentence\tlabel\ngood\t1\n".encode() + "caf\xe9\t1\n".encode("latin-1"))
+    with pytest.raises(UserInputError, match=r"dev.tsv:3: not UTF-8 text"):
+        read_examples(get_task("glue", "sst2"), path)
+
+
 def test_unknown_task_and_missing_file(tmp_path):
     with pytest.raises(UserInputError, match="unknown GLUE task 'sst5'"):
         get_task("glue", "sst5")

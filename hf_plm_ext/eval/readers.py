@@ -72,9 +72,12 @@ def read_label_list(path) -> list[str]:
 
 
 def _lines(path: Path):
-    with open(path, encoding="utf-8-sig", newline="") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            line = line.rstrip("\r\n")
+    with open(path, "rb") as handle:
+        for line_no, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as err:
+                raise UserInputError(f"{path}:{line_no}: not UTF-8 text ({err.reason} at byte {err.start})") from None
             if line.strip():
                 yield line_no, line
 
