@@ -135,3 +135,16 @@ def test_a_failure_during_training_leaves_no_output(tmp_path, tiny_classifier_di
             _finetune(capsys, "glue", "sst2", tiny_classifier_dir, tmp_path / "out",
                       "--data-dir", shared_data / "glue/SST-2", "--max_train_samples", 16)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_labels_json_that_disagrees_with_the_task_table_is_refused(tmp_path, shared_data):
+    from hf_plm_ext.errors import UserInputError
+    from hf_plm_ext.eval.runner import check_labels_file
+    from hf_plm_ext.eval.tasks import get_task
+
+    tnews = get_task("clue", "tnews")
+    check_labels_file(tnews, shared_data / "clue/tnews")  # the official file agrees
+    (tmp_path / "labels.json").write_text('{"label": "100", "label_desc": "news_story"}\n'
+                                          '{"label": "117", "label_desc": "news_new"}\n')
+    with pytest.raises(UserInputError, match=r"labels.json: labels \['117'\] are not in the tnews label set"):
+        check_labels_file(tnews, tmp_path)
