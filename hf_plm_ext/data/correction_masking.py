@@ -1,0 +1,199 @@
+"""MacBERT's MLM-as-correction masking: whole words, N-grams, similar-word replacement.
+
+Two steps, as transformers does it:
+
+1. :func:`add_word_ids` runs once per example inside ``datasets.map(batched=True)``: it
+   tokenises the text and records, for every token, the index of the word it belongs to
+   (``-1`` for special tokens). Words come from the fast tokenizer's pre-tokenisation for
+   space-delimited text, or from a segmenter (e.g. :func:`jieba_spans`) for Chinese, mapped onto
+   tokens through the character offsets.
+2. :class:`DataCollatorForCorrectionMasking` picks words anew for every batch (dynamic masking)
+   and writes ``input_ids`` and ``labels`` (the original ids at selected positions, -100
+   elsewhere).
+"""
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+from hf_plm_ext.errors import UserInputError
+
+CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+
+
+def jieba_spans(text):
+    """Character spans ``(start, end)`` of the words jieba finds in ``text``."""
+    try:
+        import jieba
+    except ImportError:
+        raise UserInputError("Chinese word segmentation needs jieba: pip install 'hf-plm-ext[zh]'") from None
+    return [(start, end) for _, start, end in jieba.tokenize(text) if text[start:end].strip()]
+
+
+def _word_ids_from_spans(offsets, spans):
+    """Token -> index of the span that contains the token's first character (-1: none, or a special token)."""
+    word_ids, span_index = [], 0
+    for start, end in offsets:
+        if end <= start:
+            word_ids.append(-1)
+            continue
+        while span_index < len(spans) and spans[span_index][1] <= start:
+            span_index += 1
+        inside = span_index < len(spans) and spans[span_index][0] <= start
+        word_ids.append(span_index if inside else -1)
+    return word_ids
+
+
+def _renumber(word_ids):
+    """Consecutive word numbers in order of appearance, so that N-grams are runs of numbers."""
+    mapping = {}
+    return [-1 if w is None or w < 0 else mapping.setdefault(w, len(mapping)) for w in word_ids]
+
+
+def add_word_ids(batch, tokenizer, segmenter: Callable | None = None, text_column="text", max_length=512):
+    """``datasets.map(batched=True)`` function: tokenise ``batch[text_column]`` and add ``word_ids``.
+
+    ``segmenter(text) -> [(start, end), ...]`` gives word spans in characters; ``None`` uses the
+    tokenizer's own pre-tokenisation (words split on spaces and punctuation).
+    """
+    if not getattr(tokenizer, "is_fast", False):
+        raise UserInputError(f"whole-word masking needs a fast tokenizer (offsets); got {type(tokenizer).__name__}")
+    texts = batch[text_column]
+    encoded = tokenizer(texts, truncation=True, max_length=max_length, return_offsets_mapping=True)
+    word_ids = []
+    for i, text in enumerate(texts):
+        if segmenter is None:
+            ids = encoded.word_ids(i)
+        else:
+            ids = _word_ids_from_spans(encoded["offset_mapping"][i], segmenter(text))
+        special = set(j for j, t in enumerate(encoded["input_ids"][i]) if t in tokenizer.all_special_ids)
+        word_ids.append(_renumber([-1 if j in special else w for j, w in enumerate(ids)]))
+    encoded.pop("offset_mapping")
+    return {**encoded, "word_ids": word_ids}
+
+
+@dataclass
+class DataCollatorForCorrectionMasking:
+    """Whole-word N-gram masking with MacBERT's correction replacement.
+
+    Per sequence, ``word_mask_prob`` of its **words** (not tokens; at least one) are selected as
+    word N-grams, N = 1, 2, 3, 4 with probabilities ``ngram_probs`` (0.4/0.3/0.2/0.1). Each
+    selected word — each word of an N-gram on its own — is then, with ``replace_probs``
+    (0.8/0.1/0.1):
+
+    * ``mode="correction"``: replaced by a similar word from ``similar_words`` with the same
+      number of tokens (none → a random word), replaced by a random word, or kept. ``[MASK]``
+      never appears.
+    * ``mode="mask"``: replaced by ``[MASK]`` tokens, by a random word, or kept (the ablation).
+
+    A random word is as many random non-special vocabulary tokens as the word has, so labels
+    stay aligned. ``labels`` hold the original ids at selected positions and -100 elsewhere.
+    Features need ``input_ids`` and ``word_ids`` (from :func:`add_word_ids`). ``seed`` makes the
+    sequence of masks reproducible; masks differ from batch to batch (dynamic masking).
+    """
+
+    tokenizer: object
+    similar_words: Callable[[str], list] | None = None
+    mode: str = "correction"
+    word_mask_prob: float = 0.15
+    ngram_probs: tuple = (0.4, 0.3, 0.2, 0.1)
+    replace_probs: tuple = (0.8, 0.1, 0.1)
+    seed: int | None = None
+    pad_to_multiple_of: int | None = None
+    _candidates: dict = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self):
+        if self.mode not in ("correction", "mask"):
+            raise ValueError(f"mode must be 'correction' or 'mask', got {self.mode!r}")
+        if self.mode == "correction" and self.similar_words is None:
+            raise ValueError("mode='correction' needs a similar_words source")
+        if not 0.0 < self.word_mask_prob <= 1.0:
+            raise ValueError(f"word_mask_prob must be in (0, 1], got {self.word_mask_prob}")
+        for name in ("ngram_probs", "replace_probs"):
+            probs = getattr(self, name)
+            if any(p < 0 for p in probs) or not np.isclose(sum(probs), 1.0):
+                raise ValueError(f"{name} must be non-negative and sum to 1, got {probs}")
+        if len(self.replace_probs) != 3:
+            raise ValueError(f"replace_probs are (replace, random, keep), got {self.replace_probs}")
+        if self.mode == "mask" and self.tokenizer.mask_token_id is None:
+            raise ValueError("mode='mask' needs a tokenizer with a mask token")
+        self._rng = np.random.default_rng(self.seed)
+        # Random words are drawn from whole-word tokens: no specials, no WordPiece "##" continuations.
+        special = set(self.tokenizer.all_special_ids)
+        tokens = self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer))))
+        self._random_pool = np.array([i for i, t in enumerate(tokens) if i not in special and not t.startswith("##")])
+
+    def __call__(self, features):
+        word_ids = [list(f["word_ids"]) for f in features]
+        plain = [{k: v for k, v in f.items() if k != "word_ids"} for f in features]
+        batch = self.tokenizer.pad(plain, return_tensors="pt", pad_to_multiple_of=self.pad_to_multiple_of)
+        input_ids = batch["input_ids"].clone()
+        labels = torch.full_like(input_ids, -100)
+        for row, words in enumerate(word_ids):
+            self._mask_row(input_ids[row], labels[row], words)
+        batch["input_ids"], batch["labels"] = input_ids, labels
+        return batch
+
+    def select_words(self, num_words) -> list[int]:
+        """Word indices to corrupt: N-grams of consecutive words until the word budget is used."""
+        budget = max(1, round(num_words * self.word_mask_prob))
+        selected, taken = [], set()
+        for start in self._rng.permutation(num_words):
+            if len(selected) >= budget:
+                break
+            size = min(int(self._rng.choice(len(self.ngram_probs), p=self.ngram_probs)) + 1, budget - len(selected))
+            for word in range(start, min(start + size, num_words)):
+                if word in taken:
+                    break
+                taken.add(word)
+                selected.append(word)
+        return selected
+
+    def _mask_row(self, ids, labels, word_ids):
+        positions = {}
+        for position, word in enumerate(word_ids):
+            if word >= 0:
+                positions.setdefault(word, []).append(position)
+        if not positions:
+            return
+        similar_p, random_p, _ = self.replace_probs
+        for word in self.select_words(len(positions)):
+            where = positions[word]
+            original = ids[where].tolist()
+            labels[where] = ids[where]
+            draw = self._rng.random()
+            if draw < similar_p:
+                replacement = self._similar(original) if self.mode == "correction" else \
+                    [self.tokenizer.mask_token_id] * len(original)
+            elif draw < similar_p + random_p:
+                replacement = self._random(len(original))
+            else:
+                continue
+            ids[where] = torch.as_tensor(replacement, dtype=ids.dtype)
+
+    def _random(self, length):
+        return self._rng.choice(self._random_pool, size=length).tolist()
+
+    def _similar(self, original):
+        key = tuple(original)
+        if key not in self._candidates:
+            self._candidates[key] = self._lookup(original)
+        candidates = self._candidates[key]
+        if not candidates:
+            return self._random(len(original))
+        return list(candidates[self._rng.integers(len(candidates))])
+
+    def _lookup(self, original):
+        """Similar words of the word spelled by ``original``, tokenised to the same length and different."""
+        text = self.tokenizer.convert_tokens_to_string(self.tokenizer.convert_ids_to_tokens(original)).strip()
+        if CJK.search(text):
+            text = "".join(text.split())
+        found = []
+        for candidate in self.similar_words(text):
+            ids = tuple(self.tokenizer(candidate, add_special_tokens=False)["input_ids"])
+            if len(ids) == len(original) and ids != tuple(original) and self.tokenizer.unk_token_id not in ids:
+                found.append(ids)
+        return found
