@@ -53,7 +53,8 @@ def _renumber(word_ids):
     return [-1 if w is None or w < 0 else mapping.setdefault(w, len(mapping)) for w in word_ids]
 
 
-def add_word_ids(batch, tokenizer, segmenter: Callable | None = None, text_column="text", max_length=512):
+def add_word_ids(batch, tokenizer, segmenter: Callable | None = None, text_column="text", max_length=512,
+                 add_special_tokens=True):
     """``datasets.map(batched=True)`` function: tokenise ``batch[text_column]`` and add ``word_ids``.
 
     ``segmenter(text) -> [(start, end), ...]`` gives word spans in characters; ``None`` uses the
@@ -62,7 +63,8 @@ def add_word_ids(batch, tokenizer, segmenter: Callable | None = None, text_colum
     if not getattr(tokenizer, "is_fast", False):
         raise UserInputError(f"whole-word masking needs a fast tokenizer (offsets); got {type(tokenizer).__name__}")
     texts = batch[text_column]
-    encoded = tokenizer(texts, truncation=True, max_length=max_length, return_offsets_mapping=True)
+    encoded = tokenizer(texts, truncation=True, max_length=max_length, return_offsets_mapping=True,
+                        add_special_tokens=add_special_tokens)
     word_ids = []
     for i, text in enumerate(texts):
         if segmenter is None:
