@@ -11,6 +11,7 @@ register_families()
 from hf_plm_ext.modeling.macbert import (  # noqa: E402
     MacBertConfig,
     MacBertForMaskedLM,
+    MacBertForPreTraining,
     MacBertForSequenceClassification,
     MacBertModel,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "FAMILIES",
     "MacBertConfig",
     "MacBertForMaskedLM",
+    "MacBertForPreTraining",
     "MacBertForSequenceClassification",
     "MacBertModel",
     "register_families",

@@ -10,6 +10,7 @@ from transformers import AutoConfig
 from hf_plm_ext.modeling.macbert import (
     MacBertConfig,
     MacBertForMaskedLM,
+    MacBertForPreTraining,
     MacBertForSequenceClassification,
     MacBertModel,
 )
@@ -18,6 +19,7 @@ FAMILIES = {
     MacBertConfig: {
         "AutoModel": MacBertModel,
         "AutoModelForMaskedLM": MacBertForMaskedLM,
+        "AutoModelForPreTraining": MacBertForPreTraining,
         "AutoModelForSequenceClassification": MacBertForSequenceClassification,
     },
 }

@@ -1,6 +1,7 @@
 from .configuration_macbert import MacBertConfig
 from .modeling_macbert import (
     MacBertForMaskedLM,
+    MacBertForPreTraining,
     MacBertForSequenceClassification,
     MacBertModel,
     MacBertPreTrainedModel,
@@ -9,6 +10,7 @@ from .modeling_macbert import (
 __all__ = [
     "MacBertConfig",
     "MacBertForMaskedLM",
+    "MacBertForPreTraining",
     "MacBertForSequenceClassification",
     "MacBertModel",
     "MacBertPreTrainedModel",
