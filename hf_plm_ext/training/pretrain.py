@@ -1,29 +1,39 @@
 """Pre-train an encoder of one of the package's families from raw text with the stock ``Trainer``.
 
-An objective is data + loss: a collator that makes the inputs and labels, and the model head
-that turns them into a loss. ``OBJECTIVES`` maps an objective's name to both; families add
-their objectives there (``--objective``).
+An objective is data + loss: a dataset builder, a collator that makes the inputs and labels,
+and the model head that turns them into a loss. ``OBJECTIVES`` maps an objective's name to
+them; families add their objectives there (``--objective``).
+
+* ``mlm``: token blocks, BERT's random-token masking, a masked-LM head.
+* ``macbert``: documents -> SOP pairs with word ids, MacBERT's correction masking (or plain
+  ``[MASK]`` whole-word N-gram masking with ``--masking mask``), correction-MLM + SOP heads.
 """
 
 import json
 from dataclasses import dataclass, field
+from typing import Callable
 
 from datasets import load_dataset
 from huggingface_hub.errors import StrictDataclassError
 from transformers import (
     AutoConfig,
     AutoModelForMaskedLM,
+    AutoModelForPreTraining,
     AutoTokenizer,
     DataCollatorForLanguageModeling,
     Trainer,
     TrainingArguments,
 )
 
+from hf_plm_ext.data.correction_masking import DataCollatorForCorrectionMasking, jieba_spans
+from hf_plm_ext.data.similar_words import load_similar_words
+from hf_plm_ext.data.sop import build_sop_pairs
 from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.files import check_file, staged_output
 from hf_plm_ext.registry import supported_model_types
 from hf_plm_ext.training.checks import check_sequence_length, check_tokenizer_fits, load_pretrained
 from hf_plm_ext.training.saving import save_final
+from hf_plm_ext.training.trainer import SubLossTrainer
 
 
 @dataclass
@@ -38,17 +48,69 @@ class PretrainArguments:
                                                                           "'hidden_size=128,num_hidden_layers=2'"})
     objective: str = field(default="mlm", metadata={"help": "pre-training objective"})
     max_seq_length: int = field(default=128, metadata={"help": "tokens per training block"})
-    mlm_probability: float = field(default=0.15, metadata={"help": "fraction of tokens to predict"})
-    validation_fraction: float = field(default=0.05, metadata={"help": "held-out share of the blocks"})
+    mlm_probability: float = field(default=0.15, metadata={"help": "mlm: fraction of tokens to predict; "
+                                                                  "macbert: fraction of words"})
+    validation_fraction: float = field(default=0.05, metadata={"help": "held-out share of the examples"})
+    masking: str = field(default="correction", metadata={"help": "macbert: 'correction' (similar words) or "
+                                                                  "'mask' ([MASK] ablation)"})
+    similar_words: str | None = field(default=None, metadata={"help": "macbert: 'cilin', 'embeddings:MODEL_DIR' "
+                                                                       "or a synonym-table file"})
+    segmenter: str | None = field(default=None, metadata={"help": "macbert: 'jieba' for Chinese words; default: "
+                                                                   "the tokenizer's words"})
+    short_seq_prob: float = field(default=0.1, metadata={"help": "macbert: share of shorter SOP targets"})
 
 
-def _mlm_collator(tokenizer, args):
+@dataclass(frozen=True)
+class Objective:
+    head: type  # the Auto class whose model computes the loss
+    build_data: Callable  # (tokenizer, args, seed) -> DatasetDict with "train" and "test"
+    make_collator: Callable  # (tokenizer, args, seed, work_dir) -> collator
+
+
+def _mlm_data(tokenizer, args, seed):
+    return token_blocks(args.corpus, tokenizer, args.max_seq_length, seed, args.validation_fraction)
+
+
+def _mlm_collator(tokenizer, args, seed, work_dir):
     return DataCollatorForLanguageModeling(tokenizer, mlm_probability=args.mlm_probability, pad_to_multiple_of=8)
 
 
+def _segmenter(args):
+    if args.segmenter is None:
+        return None
+    if args.segmenter != "jieba":
+        raise UserInputError(f"unknown --segmenter {args.segmenter!r}; choose 'jieba' (or none)")
+    return jieba_spans
+
+
+def _macbert_data(tokenizer, args, seed):
+    files = [str(check_file(f, "corpus file")) for f in args.corpus]
+    documents = load_dataset("text", data_files={"train": files}, sample_by="paragraph")["train"]
+    pairs = documents.map(build_sop_pairs, batched=True, with_indices=True, remove_columns=["text"],
+                          desc="SOP pairs", fn_kwargs={"tokenizer": tokenizer, "max_length": args.max_seq_length,
+                                                       "short_seq_prob": args.short_seq_prob,
+                                                       "segmenter": _segmenter(args), "seed": seed})
+    if len(pairs) < 2:
+        raise UserInputError(f"the corpus ({', '.join(files)}) gives fewer than 2 sentence pairs")
+    return pairs.train_test_split(test_size=max(1, int(len(pairs) * args.validation_fraction)), seed=seed)
+
+
+def _macbert_collator(tokenizer, args, seed, work_dir):
+    if args.masking not in ("correction", "mask"):
+        raise UserInputError(f"unknown --masking {args.masking!r}; choose 'correction' or 'mask'")
+    similar = None
+    if args.masking == "correction":
+        if args.similar_words is None:
+            raise UserInputError("--masking correction needs --similar_words: 'cilin', 'embeddings:MODEL_DIR' or a "
+                                 "synonym-table file")
+        similar = load_similar_words(args.similar_words, cache_dir=work_dir)
+    return DataCollatorForCorrectionMasking(tokenizer, similar, mode=args.masking, word_mask_prob=args.mlm_probability,
+                                            seed=seed, pad_to_multiple_of=8)
+
+
 OBJECTIVES = {
-    # name: (Auto class of the head that computes the loss, collator factory)
-    "mlm": (AutoModelForMaskedLM, _mlm_collator),
+    "mlm": Objective(AutoModelForMaskedLM, _mlm_data, _mlm_collator),
+    "macbert": Objective(AutoModelForPreTraining, _macbert_data, _macbert_collator),
 }
 
 
@@ -104,17 +166,17 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:
     """Pre-train with ``args.objective``; write the model, tokenizer and ``pretrain_results.json``."""
     if args.objective not in OBJECTIVES:
         raise UserInputError(f"unknown objective {args.objective!r}; choose one of {list(OBJECTIVES)}")
-    model_class, make_collator = OBJECTIVES[args.objective]
+    objective = OBJECTIVES[args.objective]
     tokenizer = load_pretrained(AutoTokenizer, args.tokenizer, "tokenizer")
-    model = build_model(args, tokenizer, model_class)
-    with training_args.main_process_first(desc="token blocks"):
-        blocks = token_blocks(args.corpus, tokenizer, args.max_seq_length, training_args.seed,
-                              args.validation_fraction)
+    model = build_model(args, tokenizer, objective.head)
     with staged_output(args.output) as staging:
+        collator = objective.make_collator(tokenizer, args, training_args.seed, staging)
+        with training_args.main_process_first(desc="pre-training data"):
+            data = objective.build_data(tokenizer, args, training_args.seed)
         training_args.output_dir = str(staging)
-        trainer = Trainer(model=model, args=training_args, train_dataset=blocks["train"],
-                          eval_dataset=blocks["test"], processing_class=tokenizer,
-                          data_collator=make_collator(tokenizer, args))
+        training_args.remove_unused_columns = False  # the builders make exactly what the collators read
+        trainer = SubLossTrainer(model=model, args=training_args, train_dataset=data["train"],
+                                 eval_dataset=data["test"], processing_class=tokenizer, data_collator=collator)
         trainer.model_accepts_loss_kwargs = False  # heads return batch means
         initial = trainer.evaluate(metric_key_prefix="initial")
         train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
@@ -124,14 +186,16 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:
             "model_type": model.config.model_type,
             "num_parameters": model.num_parameters(),
             "world_size": training_args.world_size,
-            "train_blocks": len(blocks["train"]),
-            "validation_blocks": len(blocks["test"]),
-            "block_length": args.max_seq_length,
+            "train_examples": len(data["train"]),
+            "validation_examples": len(data["test"]),
+            "max_seq_length": args.max_seq_length,
             "initial_eval_loss": initial["initial_loss"],
             "final_eval_loss": final["eval_loss"],
             "train_metrics": train_result.metrics,
+            "train_sub_losses": trainer.sub_loss_history,
         }
         if trainer.is_world_process_zero():
+            (staging / "embedding_neighbours.safetensors").unlink(missing_ok=True)
             save_final(trainer, staging)
             (staging / "pretrain_results.json").write_text(json.dumps(results, indent=2) + "\n")
     return results
