@@ -12,7 +12,9 @@ from hf_plm_ext.modeling.macbert import (  # noqa: E402
     MacBertConfig,
     MacBertForMaskedLM,
     MacBertForPreTraining,
+    MacBertForQuestionAnswering,
     MacBertForSequenceClassification,
+    MacBertForTokenClassification,
     MacBertModel,
 )
 
@@ -23,7 +25,9 @@ __all__ = [
     "MacBertConfig",
     "MacBertForMaskedLM",
     "MacBertForPreTraining",
+    "MacBertForQuestionAnswering",
     "MacBertForSequenceClassification",
+    "MacBertForTokenClassification",
     "MacBertModel",
     "register_families",
 ]

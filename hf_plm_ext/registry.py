@@ -11,7 +11,9 @@ from hf_plm_ext.modeling.macbert import (
     MacBertConfig,
     MacBertForMaskedLM,
     MacBertForPreTraining,
+    MacBertForQuestionAnswering,
     MacBertForSequenceClassification,
+    MacBertForTokenClassification,
     MacBertModel,
 )
 
@@ -21,6 +23,8 @@ FAMILIES = {
         "AutoModelForMaskedLM": MacBertForMaskedLM,
         "AutoModelForPreTraining": MacBertForPreTraining,
         "AutoModelForSequenceClassification": MacBertForSequenceClassification,
+        "AutoModelForTokenClassification": MacBertForTokenClassification,
+        "AutoModelForQuestionAnswering": MacBertForQuestionAnswering,
     },
 }
 

@@ -2,7 +2,9 @@ from .configuration_macbert import MacBertConfig
 from .modeling_macbert import (
     MacBertForMaskedLM,
     MacBertForPreTraining,
+    MacBertForQuestionAnswering,
     MacBertForSequenceClassification,
+    MacBertForTokenClassification,
     MacBertModel,
     MacBertPreTrainedModel,
 )
@@ -11,7 +13,9 @@ __all__ = [
     "MacBertConfig",
     "MacBertForMaskedLM",
     "MacBertForPreTraining",
+    "MacBertForQuestionAnswering",
     "MacBertForSequenceClassification",
+    "MacBertForTokenClassification",
     "MacBertModel",
     "MacBertPreTrainedModel",
 ]

@@ -14,7 +14,9 @@ from torch import nn
 from transformers import (
     BertForMaskedLM,
     BertForPreTraining,
+    BertForQuestionAnswering,
     BertForSequenceClassification,
+    BertForTokenClassification,
     BertModel,
     BertPreTrainedModel,
 )
@@ -104,11 +106,26 @@ class MacBertForSequenceClassification(MacBertPreTrainedModel, BertForSequenceCl
     config_class = MacBertConfig
 
 
+
+class MacBertForTokenClassification(MacBertPreTrainedModel, BertForTokenClassification):
+    """Encoder + per-token classifier; ``logits`` are ``[batch, seq, num_labels]``."""
+
+    config_class = MacBertConfig
+
+
+class MacBertForQuestionAnswering(MacBertPreTrainedModel, BertForQuestionAnswering):
+    """Encoder + span head; ``start_logits`` and ``end_logits`` are ``[batch, seq]``."""
+
+    config_class = MacBertConfig
+
+
 __all__ = [
     "MacBertForMaskedLM",
     "MacBertForPreTraining",
     "MacBertForPreTrainingOutput",
+    "MacBertForQuestionAnswering",
     "MacBertForSequenceClassification",
+    "MacBertForTokenClassification",
     "MacBertModel",
     "MacBertPreTrainedModel",
 ]
