@@ -129,25 +129,26 @@ class DataCollatorForCorrectionMasking:
         self._random_pool = np.array([i for i, t in enumerate(tokens) if i not in special and not t.startswith("##")])
 
     def __call__(self, features):
-        word_ids = [list(f["word_ids"]) for f in features]
+        word_ids = [np.asarray(f["word_ids"], dtype=np.int64) for f in features]
         plain = [{k: v for k, v in f.items() if k != "word_ids"} for f in features]
         batch = self.tokenizer.pad(plain, return_tensors="pt", pad_to_multiple_of=self.pad_to_multiple_of)
         input_ids = batch["input_ids"].clone()
         labels = torch.full_like(input_ids, -100)
+        ids_view, labels_view = input_ids.numpy(), labels.numpy()  # share memory with the tensors
         for row, words in enumerate(word_ids):
-            self._mask_row(input_ids[row], labels[row], words)
+            self._mask_row(ids_view[row], labels_view[row], words)
         batch["input_ids"], batch["labels"] = input_ids, labels
         return batch
 
     def select_words(self, num_words) -> list[int]:
         """Word indices to corrupt: N-grams of consecutive words until the word budget is used."""
         budget = max(1, round(num_words * self.word_mask_prob))
+        sizes = self._rng.choice(len(self.ngram_probs), size=num_words, p=self.ngram_probs) + 1
         selected, taken = [], set()
-        for start in self._rng.permutation(num_words):
+        for start, size in zip(self._rng.permutation(num_words).tolist(), sizes.tolist()):
             if len(selected) >= budget:
                 break
-            size = min(int(self._rng.choice(len(self.ngram_probs), p=self.ngram_probs)) + 1, budget - len(selected))
-            for word in range(start, min(start + size, num_words)):
+            for word in range(start, min(start + min(size, budget - len(selected)), num_words)):
                 if word in taken:
                     break
                 taken.add(word)
@@ -155,18 +156,16 @@ class DataCollatorForCorrectionMasking:
         return selected
 
     def _mask_row(self, ids, labels, word_ids):
-        positions = {}
-        for position, word in enumerate(word_ids):
-            if word >= 0:
-                positions.setdefault(word, []).append(position)
-        if not positions:
+        """Corrupt one row in place (numpy views): ``ids`` and ``labels`` are ``[seq]``, ``word_ids`` ``[<=seq]``."""
+        if not (word_ids >= 0).any():
             return
+        selected = self.select_words(int(word_ids.max()) + 1)
+        draws = self._rng.random(len(selected))
         similar_p, random_p, _ = self.replace_probs
-        for word in self.select_words(len(positions)):
-            where = positions[word]
+        for word, draw in zip(selected, draws.tolist()):
+            where = np.flatnonzero(word_ids == word)
             original = ids[where].tolist()
-            labels[where] = ids[where]
-            draw = self._rng.random()
+            labels[where] = original
             if draw < similar_p:
                 replacement = self._similar(original) if self.mode == "correction" else \
                     [self.tokenizer.mask_token_id] * len(original)
@@ -174,7 +173,7 @@ class DataCollatorForCorrectionMasking:
                 replacement = self._random(len(original))
             else:
                 continue
-            ids[where] = torch.as_tensor(replacement, dtype=ids.dtype)
+            ids[where] = replacement
 
     def _random(self, length):
         return self._rng.choice(self._random_pool, size=length).tolist()
@@ -193,9 +192,14 @@ class DataCollatorForCorrectionMasking:
         text = self.tokenizer.convert_tokens_to_string(self.tokenizer.convert_ids_to_tokens(original)).strip()
         if CJK.search(text):
             text = "".join(text.split())
-        found = []
-        for candidate in self.similar_words(text):
-            ids = tuple(self.tokenizer(candidate, add_special_tokens=False)["input_ids"])
-            if len(ids) == len(original) and ids != tuple(original) and self.tokenizer.unk_token_id not in ids:
-                found.append(ids)
-        return found
+        candidates = list(self.similar_words(text))
+        if not candidates:
+            return []
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        if backend is not None:  # one Rust call for all candidates
+            encoded = [e.ids for e in backend.encode_batch(candidates, add_special_tokens=False)]
+        else:
+            encoded = self.tokenizer(candidates, add_special_tokens=False)["input_ids"]
+        unk = self.tokenizer.unk_token_id
+        return [tuple(ids) for ids in encoded
+                if len(ids) == len(original) and list(ids) != list(original) and unk not in ids]
