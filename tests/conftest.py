@@ -11,6 +11,13 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="hf-plm-ext-tests-hf-home-")
 
+# CI explores the same examples every run (a fixed, repeatable gate); local runs keep exploring new ones.
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+_hypothesis_settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    _hypothesis_settings.load_profile("ci")
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("HF_PLM_EXT_SHARED_DATA", REPO.parent / "shared" / "data"))
 

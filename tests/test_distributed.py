@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification
+from transformers import AutoModelForMaskedLM, AutoModelForPreTraining, AutoModelForSequenceClassification
 
 pytestmark = pytest.mark.slow
 
@@ -48,3 +48,18 @@ def test_pretrain_on_two_processes(tmp_path, english_tokenizer_dir, shared_data)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert json.loads((out / "pretrain_results.json").read_text())["world_size"] == 2
     AutoModelForMaskedLM.from_pretrained(out)
+
+
+def test_macbert_pretraining_on_two_processes(tmp_path, english_tokenizer_dir, shared_data):
+    table = tmp_path / "synonyms.txt"
+    table.write_text("said cried replied\nlittle small tiny\nqueen king\n")
+    out = tmp_path / "macbert"
+    proc = _launch("torchrun", ["pretrain", "macbert", "--corpus", shared_data / "corpus/en/gutenberg/11-0.txt",
+                                "--tokenizer", english_tokenizer_dir, "--similar_words", table,
+                                "--max_seq_length", 64, "--output", out,
+                                "--config_overrides", "hidden_size=32,num_hidden_layers=1,num_attention_heads=2"],
+                   tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = json.loads((out / "pretrain_results.json").read_text())
+    assert results["world_size"] == 2 and results["objective"] == "macbert"
+    AutoModelForPreTraining.from_pretrained(out)
