@@ -13,7 +13,7 @@ from importlib.resources import files
 from pathlib import Path
 
 import torch
-from transformers import AutoTokenizer, TrainingArguments
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, TrainingArguments
 
 from hf_plm_ext.data.tokenizer_training import train_tokenizer
 from hf_plm_ext.errors import UserInputError
@@ -91,7 +91,7 @@ def run(args):
     lines = (sst2 / "train.tsv").read_text(encoding="utf-8").splitlines()[1:]
     sst2_text.write_text("\n".join(line.split("\t")[0] for line in lines) + "\n", encoding="utf-8")
     corpus = books + [str(sst2_text)]
-    timings, table = {}, []
+    timings = {}
 
     started = _step(1, "train a WordPiece tokenizer on the embedded text")
     tokenizer = train_tokenizer(corpus, "wordpiece", vocab_size=6000)
@@ -130,8 +130,6 @@ def run(args):
     started = _step(5, "reload with AutoModelForSequenceClassification in a process without hf_plm_ext")
     sentences = ["a charming and often affecting journey.", "unflinchingly bleak and desperate"]
     reloaded = reload_in_fresh_process(out / "sst2", sentences)
-    from transformers import AutoModelForSequenceClassification
-
     local = AutoModelForSequenceClassification.from_pretrained(str(out / "sst2")).eval()
     batch = AutoTokenizer.from_pretrained(str(out / "sst2"))(sentences, padding=True, return_tensors="pt")
     with torch.no_grad():

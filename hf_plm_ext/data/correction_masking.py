@@ -65,14 +65,14 @@ def add_word_ids(batch, tokenizer, segmenter: Callable | None = None, text_colum
     texts = batch[text_column]
     encoded = tokenizer(texts, truncation=True, max_length=max_length, return_offsets_mapping=True,
                         add_special_tokens=add_special_tokens)
+    special_ids = set(tokenizer.all_special_ids)  # literal "[SEP]" in the text must not become a word
     word_ids = []
     for i, text in enumerate(texts):
         if segmenter is None:
             ids = encoded.word_ids(i)
         else:
             ids = _word_ids_from_spans(encoded["offset_mapping"][i], segmenter(text))
-        special = set(j for j, t in enumerate(encoded["input_ids"][i]) if t in tokenizer.all_special_ids)
-        word_ids.append(_renumber([-1 if j in special else w for j, w in enumerate(ids)]))
+        word_ids.append(_renumber([-1 if t in special_ids else w for t, w in zip(encoded["input_ids"][i], ids)]))
     encoded.pop("offset_mapping")
     return {**encoded, "word_ids": word_ids}
 

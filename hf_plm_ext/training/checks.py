@@ -16,7 +16,7 @@ def load_pretrained(auto_class, name_or_path, what, **kwargs):
     try:
         return auto_class.from_pretrained(name_or_path, **kwargs)
     except RuntimeError as err:
-        if "size mismatch" not in str(err) and "mismatch" not in str(err).lower():
+        if "mismatch" not in str(err).lower():
             raise
         raise UserInputError(f"the {what} at {name_or_path} has layers of other sizes than asked for (e.g. a "
                              f"classifier for another label count); pass --ignore_mismatched_sizes to "

@@ -92,7 +92,7 @@ def _macbert_data(tokenizer, args, seed):
                                                        "segmenter": _segmenter(args), "seed": seed})
     if len(pairs) < 2:
         raise UserInputError(f"the corpus ({', '.join(files)}) gives fewer than 2 sentence pairs")
-    return pairs.train_test_split(test_size=max(1, int(len(pairs) * args.validation_fraction)), seed=seed)
+    return _hold_out(pairs, args.validation_fraction, seed)
 
 
 def _macbert_collator(tokenizer, args, seed, work_dir):
@@ -117,7 +117,7 @@ OBJECTIVES = {
 def token_blocks(corpus_files, tokenizer, block_length, seed=0, validation_fraction=0.05):
     """Tokenise text files and cut the token stream into ``[CLS] ... [SEP]`` blocks of ``block_length``.
 
-    Returns a ``DatasetDict`` with ``train`` and ``validation`` splits of ``input_ids``.
+    Returns a ``DatasetDict`` with ``train`` and ``test`` (held-out) splits of ``input_ids``.
     """
     files = [str(check_file(f, "corpus file")) for f in corpus_files]
     if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
@@ -135,8 +135,12 @@ def token_blocks(corpus_files, tokenizer, block_length, seed=0, validation_fract
     blocks = raw.map(to_blocks, batched=True, batch_size=2000, remove_columns=["text"], desc="token blocks")
     if len(blocks) < 2:
         raise UserInputError(f"the corpus ({', '.join(files)}) gives fewer than 2 blocks of {block_length} tokens")
-    return blocks.train_test_split(test_size=max(1, int(len(blocks) * validation_fraction)), seed=seed,
-                                   shuffle=True)
+    return _hold_out(blocks, validation_fraction, seed)
+
+
+def _hold_out(dataset, fraction, seed):
+    """``train`` and ``test`` splits, at least one example held out."""
+    return dataset.train_test_split(test_size=max(1, int(len(dataset) * fraction)), seed=seed)
 
 
 def build_model(args: PretrainArguments, tokenizer, model_class):
