@@ -135,11 +135,13 @@ def test_mask_mode_and_ngrams(tokenizer):
     collator = DataCollatorForCorrectionMasking(tokenizer, mode="mask", seed=4)
     texts = ["alice was beginning to get very tired of sitting by her sister on the bank " * 3] * 16
     features = _features(tokenizer, texts)
-    batch = collator(features)
-    check_invariants(collator, features, batch)
-    selected = batch["labels"] != -100
-    masked = (batch["input_ids"] == tokenizer.mask_token_id) & selected
-    assert masked.sum() / selected.sum() == pytest.approx(0.8, abs=0.1)
+    masked_share = []
+    for _ in range(10):  # ~1,100 selected words in all: the share's standard deviation is ~0.012
+        batch = collator(features)
+        check_invariants(collator, features, batch)
+        selected = batch["labels"] != -100
+        masked_share.append(((batch["input_ids"] == tokenizer.mask_token_id) & selected).sum() / selected.sum())
+    assert sum(masked_share) / len(masked_share) == pytest.approx(0.8, abs=0.05)
     runs = sum(bool(row[i] and row[i + 1]) for row in selected.tolist() for i in range(len(row) - 1))
     assert runs > 0  # N-grams of neighbouring words are selected together
 
@@ -154,6 +156,20 @@ def test_seeded_and_dynamic(tokenizer):
     assert torch.equal(a["input_ids"], b["input_ids"]) and torch.equal(a["labels"], b["labels"])
     again = [first(features)["labels"] for _ in range(5)]
     assert any(not torch.equal(a["labels"], labels) for labels in again)  # a new mask every call
+
+
+def test_dataloader_workers_draw_different_masks(tokenizer):
+    features = _features(tokenizer, ["the queen was in a furious passion and went stamping about"] * 4)
+    collator = DataCollatorForCorrectionMasking(tokenizer, SynonymTable([["queen", "king"]]), seed=7)
+
+    def labels_per_batch():
+        torch.manual_seed(0)  # the Trainer seeds torch; workers' seeds derive from it
+        loader = torch.utils.data.DataLoader(features, batch_size=2, num_workers=2, collate_fn=collator)
+        return [batch["labels"] for batch in loader]
+
+    first_worker, second_worker = labels_per_batch()  # identical inputs, one batch per worker
+    assert not torch.equal(first_worker, second_worker)
+    assert all(torch.equal(a, b) for a, b in zip(labels_per_batch(), [first_worker, second_worker]))
 
 
 def test_cilin_and_synonym_table_sources(tmp_path):

@@ -94,7 +94,9 @@ class DataCollatorForCorrectionMasking:
     A random word is as many random non-special vocabulary tokens as the word has, so labels
     stay aligned. ``labels`` hold the original ids at selected positions and -100 elsewhere.
     Features need ``input_ids`` and ``word_ids`` (from :func:`add_word_ids`). ``seed`` makes the
-    sequence of masks reproducible; masks differ from batch to batch (dynamic masking).
+    sequence of masks reproducible; masks differ from batch to batch (dynamic masking). In
+    DataLoader workers each worker draws its own stream, seeded from ``seed`` and the worker's
+    torch seed (so reproducible under ``torch.manual_seed``, as the Trainer sets it).
     """
 
     tokenizer: object
@@ -105,7 +107,8 @@ class DataCollatorForCorrectionMasking:
     replace_probs: tuple = (0.8, 0.1, 0.1)
     seed: int | None = None
     pad_to_multiple_of: int | None = None
-    _candidates: dict = field(default_factory=dict, init=False, repr=False)
+    _candidates: dict = field(default_factory=dict, init=False, repr=False)  # word's token ids -> candidates' ids
+    _tokenised: dict = field(default_factory=dict, init=False, repr=False)  # candidate string -> token ids
 
     def __post_init__(self):
         if self.mode not in ("correction", "mask"):
@@ -122,28 +125,35 @@ class DataCollatorForCorrectionMasking:
             raise ValueError(f"replace_probs are (replace, random, keep), got {self.replace_probs}")
         if self.mode == "mask" and self.tokenizer.mask_token_id is None:
             raise ValueError("mode='mask' needs a tokenizer with a mask token")
-        self._rng = np.random.default_rng(self.seed)
+        self._rng, self._rng_worker = np.random.default_rng(self.seed), None
+        self._ngram_cdf = np.cumsum(self.ngram_probs)
         # Random words are drawn from whole-word tokens: no specials, no WordPiece "##" continuations.
         special = set(self.tokenizer.all_special_ids)
         tokens = self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer))))
         self._random_pool = np.array([i for i, t in enumerate(tokens) if i not in special and not t.startswith("##")])
 
     def __call__(self, features):
+        self._reseed_in_worker()
         word_ids = [np.asarray(f["word_ids"], dtype=np.int64) for f in features]
         plain = [{k: v for k, v in f.items() if k != "word_ids"} for f in features]
         batch = self.tokenizer.pad(plain, return_tensors="pt", pad_to_multiple_of=self.pad_to_multiple_of)
         input_ids = batch["input_ids"].clone()
         labels = torch.full_like(input_ids, -100)
-        ids_view, labels_view = input_ids.numpy(), labels.numpy()  # share memory with the tensors
-        for row, words in enumerate(word_ids):
-            self._mask_row(ids_view[row], labels_view[row], words)
+        self._corrupt(input_ids.numpy(), labels.numpy(), word_ids)  # numpy views share the tensors' memory
         batch["input_ids"], batch["labels"] = input_ids, labels
         return batch
+
+    def _reseed_in_worker(self):
+        """DataLoader workers each get a copy of the generator: give each its own stream."""
+        worker = torch.utils.data.get_worker_info()
+        if worker is not None and self._rng_worker != (worker.id, worker.seed):
+            entropy = [worker.seed] if self.seed is None else [self.seed, worker.seed]
+            self._rng, self._rng_worker = np.random.default_rng(entropy), (worker.id, worker.seed)
 
     def select_words(self, num_words) -> list[int]:
         """Word indices to corrupt: N-grams of consecutive words until the word budget is used."""
         budget = max(1, round(num_words * self.word_mask_prob))
-        sizes = self._rng.choice(len(self.ngram_probs), size=num_words, p=self.ngram_probs) + 1
+        sizes = np.searchsorted(self._ngram_cdf, self._rng.random(num_words), side="right") + 1
         selected, taken = [], set()
         for start, size in zip(self._rng.permutation(num_words).tolist(), sizes.tolist()):
             if len(selected) >= budget:
@@ -155,51 +165,68 @@ class DataCollatorForCorrectionMasking:
                 selected.append(word)
         return selected
 
-    def _mask_row(self, ids, labels, word_ids):
-        """Corrupt one row in place (numpy views): ``ids`` and ``labels`` are ``[seq]``, ``word_ids`` ``[<=seq]``."""
-        if not (word_ids >= 0).any():
+    def _corrupt(self, ids, labels, word_ids):
+        """Select and replace words of every row in place: ``ids``/``labels`` ``[batch, seq]``, ``word_ids`` per row."""
+        rows, length = ids.shape
+        # Number the words of the whole batch consecutively: row r's word w is ``w + first_word[r]``.
+        num_words = np.array([w.max() + 1 if w.size else 0 for w in word_ids])
+        first_word = np.concatenate([[0], np.cumsum(num_words)[:-1]])
+        token_word = np.full((rows, length), -1)
+        for row, words in enumerate(word_ids):
+            token_word[row, :words.size] = np.where(words >= 0, words + first_word[row], -1)
+        selected = np.array([word + first_word[row] for row in range(rows) if num_words[row]
+                             for word in self.select_words(int(num_words[row]))], dtype=np.int64)
+
+        # Per selected word: 0 = similar word (or [MASK]), 1 = random word, 2 = keep.
+        action = np.full(int(num_words.sum()) + 1, -1)  # the extra last entry is what token_word == -1 indexes
+        action[selected] = np.searchsorted(np.cumsum(self.replace_probs), self._rng.random(selected.size),
+                                           side="right").clip(max=2)
+        token_action = action[token_word]
+        chosen = token_action >= 0
+        labels[chosen] = ids[chosen]
+        randomised = token_action == 1
+        ids[randomised] = self._random_pool[self._rng.integers(len(self._random_pool), size=int(randomised.sum()))]
+        if self.mode == "mask":
+            ids[token_action == 0] = self.tokenizer.mask_token_id
             return
-        selected = self.select_words(int(word_ids.max()) + 1)
-        draws = self._rng.random(len(selected))
-        similar_p, random_p, _ = self.replace_probs
-        for word, draw in zip(selected, draws.tolist()):
-            where = np.flatnonzero(word_ids == word)
-            original = ids[where].tolist()
-            labels[where] = original
-            if draw < similar_p:
-                replacement = self._similar(original) if self.mode == "correction" else \
-                    [self.tokenizer.mask_token_id] * len(original)
-            elif draw < similar_p + random_p:
-                replacement = self._random(len(original))
-            else:
-                continue
-            ids[where] = replacement
+        flat_ids = ids.reshape(-1)
+        positions = np.flatnonzero(token_action.reshape(-1) == 0)
+        # A word's tokens are consecutive: a new word starts where the owning word changes.
+        owner = token_word.reshape(-1)[positions]
+        bounds = np.flatnonzero(np.diff(owner, prepend=-2, append=-2)).tolist()
+        original_ids = flat_ids[positions].tolist()
+        originals = [tuple(original_ids[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+        self._fill_candidates(originals)
+        fallback = self._random_pool[self._rng.integers(len(self._random_pool), size=positions.size)].tolist()
+        replacement = []
+        for (a, b), original, draw in zip(zip(bounds[:-1], bounds[1:]), originals, self._rng.random(len(originals))):
+            candidates = self._candidates[original]
+            replacement.extend(candidates[int(draw * len(candidates))] if candidates else fallback[a:b])
+        flat_ids[positions] = replacement
 
-    def _random(self, length):
-        return self._rng.choice(self._random_pool, size=length).tolist()
+    def _fill_candidates(self, originals):
+        """Look up and tokenise the similar words of every word not yet in the cache, in one tokenizer call."""
+        missing = list(dict.fromkeys(o for o in originals if o not in self._candidates))
+        if not missing:
+            return
+        similar = [list(self.similar_words(self._spell(original))) for original in missing]
+        # Candidates recur across words (synonym groups, shared neighbours): tokenise each string once.
+        unseen = list(dict.fromkeys(c for candidates in similar for c in candidates if c not in self._tokenised))
+        self._tokenised.update(zip(unseen, self._encode(unseen)))
+        unk = self.tokenizer.unk_token_id
+        for original, candidates in zip(missing, similar):
+            tokenised = dict.fromkeys(self._tokenised[c] for c in candidates)
+            self._candidates[original] = [c for c in tokenised if len(c) == len(original) and c != original
+                                          and unk not in c]
 
-    def _similar(self, original):
-        key = tuple(original)
-        if key not in self._candidates:
-            self._candidates[key] = self._lookup(original)
-        candidates = self._candidates[key]
-        if not candidates:
-            return self._random(len(original))
-        return list(candidates[self._rng.integers(len(candidates))])
+    def _spell(self, token_ids):
+        text = self.tokenizer.convert_tokens_to_string(self.tokenizer.convert_ids_to_tokens(list(token_ids))).strip()
+        return "".join(text.split()) if CJK.search(text) else text
 
-    def _lookup(self, original):
-        """Similar words of the word spelled by ``original``, tokenised to the same length and different."""
-        text = self.tokenizer.convert_tokens_to_string(self.tokenizer.convert_ids_to_tokens(original)).strip()
-        if CJK.search(text):
-            text = "".join(text.split())
-        candidates = list(self.similar_words(text))
-        if not candidates:
+    def _encode(self, texts):
+        if not texts:
             return []
         backend = getattr(self.tokenizer, "backend_tokenizer", None)
-        if backend is not None:  # one Rust call for all candidates
-            encoded = [e.ids for e in backend.encode_batch(candidates, add_special_tokens=False)]
-        else:
-            encoded = self.tokenizer(candidates, add_special_tokens=False)["input_ids"]
-        unk = self.tokenizer.unk_token_id
-        return [tuple(ids) for ids in encoded
-                if len(ids) == len(original) and list(ids) != list(original) and unk not in ids]
+        if backend is not None:  # one Rust call
+            return [tuple(e.ids) for e in backend.encode_batch(texts, add_special_tokens=False)]
+        return [tuple(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
