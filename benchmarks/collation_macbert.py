@@ -78,8 +78,7 @@ def main():
     texts = lines[: 32 * args.batches]
     ours_batches, their_batches = batches(texts, tokenizer, 32)
 
-    similar = EmbeddingNeighbours.from_model(AutoModel.from_pretrained(model_dir), tokenizer,
-                                             cache=RESULTS / "minilm_neighbours.safetensors")
+    similar = EmbeddingNeighbours.from_model(AutoModel.from_pretrained(model_dir), tokenizer)  # cached under HF_HOME
     ours = DataCollatorForCorrectionMasking(tokenizer, similar, seed=0)
     theirs = DataCollatorForLanguageModeling(tokenizer, whole_word_mask=True, mlm_probability=0.15, seed=0)
 

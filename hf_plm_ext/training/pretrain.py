@@ -10,7 +10,9 @@ them; families add their objectives there (``--objective``).
 """
 
 import json
-from dataclasses import dataclass, field
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from datasets import load_dataset
@@ -24,6 +26,7 @@ from transformers import (
     Trainer,
     TrainingArguments,
 )
+from transformers.trainer_utils import get_last_checkpoint
 
 from hf_plm_ext.data.correction_masking import DataCollatorForCorrectionMasking, jieba_spans
 from hf_plm_ext.data.similar_words import load_similar_words
@@ -41,6 +44,9 @@ class PretrainArguments:
     corpus: list[str] = field(metadata={"help": "UTF-8 text files, one paragraph or sentence per line"})
     tokenizer: str = field(metadata={"help": "tokenizer directory (e.g. from `hf-plm-ext tokenizer train`)"})
     output: str = field(metadata={"help": "new directory for the pre-trained model"})
+    checkpoints: str | None = field(default=None, metadata={"help": "folder for the Trainer's checkpoints "
+                                                                     "(default: OUTPUT.checkpoints); kept if the "
+                                                                     "run stops, removed once the model is saved"})
     model: str | None = field(default=None, metadata={"help": "continue from this checkpoint instead of a "
                                                                "fresh model"})
     model_type: str = field(default="macbert", metadata={"help": "family of a fresh model"})
@@ -64,14 +70,14 @@ class PretrainArguments:
 class Objective:
     head: type  # the Auto class whose model computes the loss
     build_data: Callable  # (tokenizer, args, seed) -> DatasetDict with "train" and "test"
-    make_collator: Callable  # (tokenizer, args, seed, work_dir) -> collator
+    make_collator: Callable  # (tokenizer, args, seed) -> collator
 
 
 def _mlm_data(tokenizer, args, seed):
     return token_blocks(args.corpus, tokenizer, args.max_seq_length, seed, args.validation_fraction)
 
 
-def _mlm_collator(tokenizer, args, seed, work_dir):
+def _mlm_collator(tokenizer, args, seed):
     return DataCollatorForLanguageModeling(tokenizer, mlm_probability=args.mlm_probability, pad_to_multiple_of=8)
 
 
@@ -95,7 +101,7 @@ def _macbert_data(tokenizer, args, seed):
     return _hold_out(pairs, args.validation_fraction, seed)
 
 
-def _macbert_collator(tokenizer, args, seed, work_dir):
+def _macbert_collator(tokenizer, args, seed):
     if args.masking not in ("correction", "mask"):
         raise UserInputError(f"unknown --masking {args.masking!r}; choose 'correction' or 'mask'")
     similar = None
@@ -103,7 +109,7 @@ def _macbert_collator(tokenizer, args, seed, work_dir):
         if args.similar_words is None:
             raise UserInputError("--masking correction needs --similar_words: 'cilin', 'embeddings:MODEL_DIR' or a "
                                  "synonym-table file")
-        similar = load_similar_words(args.similar_words, cache_dir=work_dir)
+        similar = load_similar_words(args.similar_words)
     return DataCollatorForCorrectionMasking(tokenizer, similar, mode=args.masking, word_mask_prob=args.mlm_probability,
                                             seed=seed, pad_to_multiple_of=8)
 
@@ -166,40 +172,75 @@ def _last_line(err):
     return str(err).strip().splitlines()[-1].strip()
 
 
+def checkpoint_to_resume(resume_from_checkpoint, checkpoints: Path):
+    """``--resume_from_checkpoint``: a checkpoint folder, or ``last`` for the newest one in ``checkpoints``."""
+    if resume_from_checkpoint is None:
+        if checkpoints.is_dir() and get_last_checkpoint(str(checkpoints)) is not None:
+            raise UserInputError(f"{checkpoints} holds checkpoints of an earlier run; continue it with "
+                                 f"--resume_from_checkpoint last, or remove the folder")
+        return None
+    if resume_from_checkpoint == "last":
+        last = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
+        if last is None:
+            raise UserInputError(f"--resume_from_checkpoint last: no checkpoint-* folder in {checkpoints}")
+        return last
+    if not Path(resume_from_checkpoint, "trainer_state.json").is_file():
+        raise UserInputError(f"--resume_from_checkpoint {resume_from_checkpoint} is not a Trainer checkpoint "
+                             f"(no trainer_state.json)")
+    return resume_from_checkpoint
+
+
 def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:
-    """Pre-train with ``args.objective``; write the model, tokenizer and ``pretrain_results.json``."""
+    """Pre-train with ``args.objective``; write the model, tokenizer and ``pretrain_results.json``.
+
+    Checkpoints go to ``args.checkpoints`` (default ``OUTPUT.checkpoints``), where a stopped run
+    leaves them for ``--resume_from_checkpoint last``; they are removed once the model is saved.
+    """
     if args.objective not in OBJECTIVES:
         raise UserInputError(f"unknown objective {args.objective!r}; choose one of {list(OBJECTIVES)}")
     objective = OBJECTIVES[args.objective]
+    checkpoints = Path(args.checkpoints or f"{args.output}.checkpoints")
+    resume = checkpoint_to_resume(training_args.resume_from_checkpoint, checkpoints)
     tokenizer = load_pretrained(AutoTokenizer, args.tokenizer, "tokenizer")
     model = build_model(args, tokenizer, objective.head)
+    collator = objective.make_collator(tokenizer, args, training_args.seed)
+    with training_args.main_process_first(desc="pre-training data"):
+        data = objective.build_data(tokenizer, args, training_args.seed)
+    training_args.output_dir = str(checkpoints)
+    training_args.remove_unused_columns = False  # the builders make exactly what the collators read
+    trainer = SubLossTrainer(model=model, args=training_args, train_dataset=data["train"],
+                             eval_dataset=data["test"], processing_class=tokenizer, data_collator=collator)
+    trainer.model_accepts_loss_kwargs = False  # heads return batch means
     with staged_output(args.output) as staging:
-        collator = objective.make_collator(tokenizer, args, training_args.seed, staging)
-        with training_args.main_process_first(desc="pre-training data"):
-            data = objective.build_data(tokenizer, args, training_args.seed)
-        training_args.output_dir = str(staging)
-        training_args.remove_unused_columns = False  # the builders make exactly what the collators read
-        trainer = SubLossTrainer(model=model, args=training_args, train_dataset=data["train"],
-                                 eval_dataset=data["test"], processing_class=tokenizer, data_collator=collator)
-        trainer.model_accepts_loss_kwargs = False  # heads return batch means
         initial = trainer.evaluate(metric_key_prefix="initial")
-        train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        train_result = trainer.train(resume_from_checkpoint=resume)
         final = trainer.evaluate()
         results = {
             "objective": args.objective,
+            "arguments": asdict(args),
             "model_type": model.config.model_type,
             "num_parameters": model.num_parameters(),
             "world_size": training_args.world_size,
             "train_examples": len(data["train"]),
             "validation_examples": len(data["test"]),
             "max_seq_length": args.max_seq_length,
+            "resumed_from": resume,
             "initial_eval_loss": initial["initial_loss"],
             "final_eval_loss": final["eval_loss"],
             "train_metrics": train_result.metrics,
             "train_sub_losses": trainer.sub_loss_history,
         }
         if trainer.is_world_process_zero():
-            (staging / "embedding_neighbours.safetensors").unlink(missing_ok=True)
             save_final(trainer, staging)
             (staging / "pretrain_results.json").write_text(json.dumps(results, indent=2) + "\n")
+    if trainer.is_world_process_zero():
+        _remove_checkpoints(checkpoints)
     return results
+
+
+def _remove_checkpoints(folder: Path):
+    """Delete the Trainer's ``checkpoint-*`` folders, and ``folder`` itself if nothing else is in it."""
+    for checkpoint in folder.glob("checkpoint-*"):
+        shutil.rmtree(checkpoint, ignore_errors=True)
+    if folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
