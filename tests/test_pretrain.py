@@ -61,6 +61,13 @@ def test_macbert_pretraining_on_chinese_logs_both_losses(tmp_path, shared_data, 
 
     assert isinstance(AutoModelForPreTraining.from_pretrained(out), MacBertForPreTraining)
 
+    from hf_plm_ext.hub.cards import render_card
+
+    card = render_card(out, language="zh")
+    assert card.data.pipeline_tag == "feature-extraction" and "macbert" in card.data.tags
+    assert "| masking | correction |" in card.text and "| similar_words | cilin |" in card.text
+    assert "| corpus | zhwiki_bert_sampled.txt |" in card.text
+
 
 def test_macbert_correction_needs_a_similar_word_source(tmp_path, english_tokenizer_dir, shared_data, capsys):
     base = ["pretrain", "macbert", "--corpus", shared_data / "corpus/en/gutenberg/11-0.txt",
@@ -74,3 +81,54 @@ def test_macbert_correction_needs_a_similar_word_source(tmp_path, english_tokeni
     code, _, stderr = run_cli(base + ["--masking", "mask", "--segmenter", "mecab"], capsys)
     assert code == 2 and "unknown --segmenter 'mecab'" in stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["table.txt"]
+
+
+def _recording_training_step(stop_at_call=None):
+    """A ``training_step`` that records (global step, learning rate) and raises on call ``stop_at_call``."""
+    from hf_plm_ext.training.trainer import SubLossTrainer
+
+    original, calls = SubLossTrainer.training_step, []
+
+    def training_step(self, *args, **kwargs):
+        calls.append((self.state.global_step, self.optimizer.param_groups[0]["lr"]))
+        if len(calls) == stop_at_call:
+            raise KeyboardInterrupt("killed")
+        return original(self, *args, **kwargs)
+
+    return training_step, calls
+
+
+def test_a_stopped_run_resumes_from_its_last_checkpoint(tmp_path, english_tokenizer_dir, shared_data, capsys):
+    from unittest import mock
+
+    import pytest
+
+    def pretrain(out, *extra, stop_at_call=None):
+        step, calls = _recording_training_step(stop_at_call)
+        with mock.patch("hf_plm_ext.training.trainer.SubLossTrainer.training_step", step):
+            code, _, stderr = run_cli([
+                "pretrain", "mlm", "--corpus", shared_data / "corpus/en/gutenberg/11-0.txt",
+                "--tokenizer", english_tokenizer_dir, "--config_overrides", TINY, "--max_seq_length", 64,
+                "--output", out, "--max_steps", 6, "--save_steps", 2, "--per_device_train_batch_size", 8,
+                "--seed", 0, "--disable_tqdm", "true", *extra,
+            ], capsys)
+        return code, stderr, calls
+
+    code, _, uninterrupted = pretrain(tmp_path / "uninterrupted")
+    assert code == 0 and not (tmp_path / "uninterrupted.checkpoints").exists()
+    out, checkpoints = tmp_path / "resumed", tmp_path / "resumed.checkpoints"
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(out, stop_at_call=5)
+    assert not out.exists()
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["checkpoint-2", "checkpoint-4"]
+
+    code, stderr, _ = pretrain(out)
+    assert code == 2 and "--resume_from_checkpoint last" in stderr and not out.exists()
+
+    code, stderr, resumed = pretrain(out, "--resume_from_checkpoint", "last")
+    assert code == 0, stderr[-3000:]
+    # Steps 5 and 6 only, on the restored learning-rate schedule.
+    assert resumed == uninterrupted[4:] and [step for step, _ in resumed] == [4, 5]
+    results = json.loads((out / "pretrain_results.json").read_text())
+    assert results["resumed_from"].endswith("checkpoint-4")
+    assert not checkpoints.exists()  # removed once the model is saved
