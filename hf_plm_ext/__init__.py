@@ -8,6 +8,7 @@ from hf_plm_ext.registry import FAMILIES, register_families
 
 register_families()
 
+from hf_plm_ext.modeling.electra_rtd import ElectraForRTDPreTraining, ElectraRTDConfig  # noqa: E402
 from hf_plm_ext.modeling.macbert import (  # noqa: E402
     MacBertConfig,
     MacBertForMaskedLM,
@@ -21,6 +22,8 @@ from hf_plm_ext.modeling.macbert import (  # noqa: E402
 __version__ = "0.1.0"
 
 __all__ = [
+    "ElectraForRTDPreTraining",
+    "ElectraRTDConfig",
     "FAMILIES",
     "MacBertConfig",
     "MacBertForMaskedLM",

@@ -7,6 +7,7 @@
 import transformers
 from transformers import AutoConfig
 
+from hf_plm_ext.modeling.electra_rtd import ElectraForRTDPreTraining, ElectraRTDConfig
 from hf_plm_ext.modeling.macbert import (
     MacBertConfig,
     MacBertForMaskedLM,
@@ -25,6 +26,9 @@ FAMILIES = {
         "AutoModelForSequenceClassification": MacBertForSequenceClassification,
         "AutoModelForTokenClassification": MacBertForTokenClassification,
         "AutoModelForQuestionAnswering": MacBertForQuestionAnswering,
+    },
+    ElectraRTDConfig: {
+        "AutoModelForPreTraining": ElectraForRTDPreTraining,
     },
 }
 

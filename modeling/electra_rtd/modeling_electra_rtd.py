@@ -1,0 +1,191 @@
+"""ELECTRA replaced-token detection: generator and discriminator in one model, one loss, one optimizer.
+
+The two halves are transformers' ``ElectraForMaskedLM`` (generator) and
+``ElectraForPreTraining`` (discriminator). What this module adds is the joint step of
+google-research/electra (``run_pretraining.py``, ``pretrain_helpers.py``):
+
+1. mask ``mask_prob`` of the non-special tokens (85 % ``[MASK]``, 15 % kept, no random tokens),
+   unless the caller passes masked ``input_ids`` and ``labels`` from its own collator;
+2. the generator's MLM loss at the masked positions;
+3. Gumbel-max sampling of replacements from the generator, without gradient;
+4. discriminator labels 1 where the sampled token differs from the original (a correctly
+   sampled token counts as original), its sigmoid loss over every non-pad token;
+5. ``loss = gen_weight * generator_loss + disc_weight * discriminator_loss`` (1 and 50).
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import ElectraForMaskedLM, ElectraForPreTraining, PreTrainedModel
+from transformers.utils import ModelOutput
+
+from .configuration_electra_rtd import ElectraRTDConfig
+
+SHARED_EMBEDDINGS = ("word_embeddings.weight", "position_embeddings.weight", "token_type_embeddings.weight",
+                     "LayerNorm.weight", "LayerNorm.bias")
+
+
+@dataclass
+class ElectraRTDOutput(ModelOutput):
+    """Output of :class:`ElectraForRTDPreTraining`.
+
+    Args:
+        loss: ``gen_weight * generator_loss + disc_weight * discriminator_loss``, a scalar.
+        generator_loss: MLM cross-entropy at the masked positions, a scalar.
+        discriminator_loss: replaced-token-detection sigmoid loss over non-pad tokens, a scalar.
+        generator_accuracy: share of masked positions where the generator's argmax is the original.
+        discriminator_accuracy: share of non-pad tokens the discriminator classifies correctly.
+        discriminator_logits: ``[batch, seq]`` replaced-token logits.
+        discriminator_labels: ``[batch, seq]``, 1 = replaced, 0 = original, -100 at padding.
+        sampled_input_ids: ``[batch, seq]`` the discriminator's input (originals with the samples).
+    """
+
+    loss: torch.Tensor | None = None
+    generator_loss: torch.Tensor | None = None
+    discriminator_loss: torch.Tensor | None = None
+    generator_accuracy: torch.Tensor | None = None
+    discriminator_accuracy: torch.Tensor | None = None
+    discriminator_logits: torch.Tensor | None = None
+    discriminator_labels: torch.Tensor | None = None
+    sampled_input_ids: torch.Tensor | None = None
+
+
+class ElectraRTDPreTrainedModel(PreTrainedModel):
+    config: ElectraRTDConfig
+    base_model_prefix = "discriminator"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    accepts_loss_kwargs = False  # the loss is a mean: the Trainer scales it for gradient accumulation
+
+
+class ElectraForRTDPreTraining(ElectraRTDPreTrainedModel):
+    """Generator (``self.generator``, an ``ElectraForMaskedLM``) + discriminator
+    (``self.discriminator``, an ``ElectraForPreTraining``), embeddings shared when
+    ``config.tie_embeddings``."""
+
+    # {tied: source}: one embedding module serves both halves (the generator adds its own output-layer tie).
+    _tied_weights_keys = {f"generator.electra.embeddings.{name}": f"discriminator.electra.embeddings.{name}"
+                          for name in SHARED_EMBEDDINGS}
+
+    def __init__(self, config: ElectraRTDConfig):
+        super().__init__(config)
+        self.generator = ElectraForMaskedLM(config.generator_config)
+        self.discriminator = ElectraForPreTraining(config.discriminator_config)
+        if config.tie_embeddings:
+            self.generator.electra.embeddings = self.discriminator.electra.embeddings
+        else:
+            self._tied_weights_keys = {}  # the generator still ties its own output layer to its embeddings
+        self.post_init()
+
+    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
+        """As transformers', with chains resolved: the generator ties its output layer to *its* word
+        embeddings, which are themselves the discriminator's, so point every tied weight at the source."""
+        tied = super().get_expanded_tied_weights_keys(all_submodels)
+        resolved = {}
+        for target, source in tied.items():
+            while source in tied:
+                source = tied[source]
+            resolved[target] = source
+        return resolved
+
+    def get_input_embeddings(self):
+        return self.discriminator.get_input_embeddings()
+
+    def set_input_embeddings(self, embeddings):
+        self.discriminator.set_input_embeddings(embeddings)
+        if not self.config.tie_embeddings:
+            self.generator.set_input_embeddings(embeddings)
+
+    def get_output_embeddings(self):
+        return self.generator.generator_lm_head
+
+    def set_output_embeddings(self, embeddings):
+        self.generator.generator_lm_head = embeddings
+
+    def mask_tokens(self, input_ids, attention_mask=None, special_tokens_mask=None):
+        """ELECTRA's masking: ``[batch, seq]`` ids -> (masked ids, labels with -100 at unmasked positions).
+
+        Exactly ``max(1, round(mask_prob * n))`` of the ``n`` non-special, non-pad tokens of each
+        row are chosen (google-research/electra ``pretrain_helpers.mask``); 85 % of them become
+        ``[MASK]``, the rest keep their token. Random draws use torch's global generator.
+        """
+        if self.config.mask_token_id is None:
+            raise ValueError("ElectraRTDConfig.mask_token_id is not set; set it, or pass masked input_ids and labels")
+        candidates = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+        if special_tokens_mask is not None:
+            candidates &= ~special_tokens_mask.bool()
+        else:
+            candidates &= (input_ids != self.config.mask_token_id) & (input_ids != self.config.discriminator_config.pad_token_id)
+        counts = candidates.sum(-1, keepdim=True)
+        to_predict = (counts.float() * self.config.mask_prob).round().clamp(min=1).minimum(counts)
+        scores = torch.rand(input_ids.shape, device=input_ids.device).masked_fill(~candidates, -1.0)
+        rank = scores.argsort(-1, descending=True).argsort(-1)
+        masked = (rank < to_predict) & candidates
+        shown_as_mask = masked & (torch.rand(input_ids.shape, device=input_ids.device) < self.config.mask_replace_prob)
+        labels = input_ids.masked_fill(~masked, -100)
+        return input_ids.masked_fill(shown_as_mask, self.config.mask_token_id), labels
+
+    def sample_replacements(self, logits, originals):
+        """Gumbel-max samples from ``logits / temperature`` (``[n, vocab]``), never differentiated."""
+        with torch.no_grad():
+            logits = logits.detach().float() / self.config.temperature
+            if self.config.disallow_correct:
+                logits = logits.scatter_add(-1, originals[:, None], torch.full_like(logits[:, :1], -1000.0))
+            uniform = torch.rand_like(logits)
+            gumbel = -torch.log(-torch.log(uniform + 1e-9) + 1e-9)
+            return (logits + gumbel).argmax(-1)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, special_tokens_mask=None,
+                return_loss=True, **kwargs) -> ElectraRTDOutput:
+        r"""
+        Args:
+            input_ids: ``[batch, seq]`` token ids; original text when ``labels`` is None (the model
+                masks), otherwise already masked by a collator.
+            labels: ``[batch, seq]`` original ids at masked positions, -100 elsewhere (optional).
+            special_tokens_mask: ``[batch, seq]``, 1 at tokens never to mask (optional; default:
+                padding and ``[MASK]``... by id).
+        """
+        if labels is None:
+            input_ids, labels = self.mask_tokens(input_ids, attention_mask, special_tokens_mask)
+        masked = labels != -100
+        generator_hidden = self.generator.electra(input_ids, attention_mask=attention_mask,
+                                                  token_type_ids=token_type_ids, **kwargs).last_hidden_state
+        # Vocabulary logits only where they are used: the masked positions.
+        generator_logits = self.generator.generator_lm_head(self.generator.generator_predictions(generator_hidden[masked]))
+        targets = labels[masked]
+        generator_loss = nn.functional.cross_entropy(generator_logits.float(), targets)
+
+        sampled = self.sample_replacements(generator_logits, targets)
+        originals = torch.where(masked, labels, input_ids)
+        sampled_input_ids = originals.masked_scatter(masked, sampled)
+        replaced = (sampled_input_ids != originals).float()
+        discriminator_logits = self.discriminator(sampled_input_ids, attention_mask=attention_mask,
+                                                  token_type_ids=token_type_ids, **kwargs).logits
+        active = torch.ones_like(replaced) if attention_mask is None else attention_mask.float()
+        per_token = nn.functional.binary_cross_entropy_with_logits(discriminator_logits.float(), replaced,
+                                                                   reduction="none")
+        discriminator_loss = (per_token * active).sum() / (active.sum() + 1e-6)
+        loss = self.config.gen_weight * generator_loss + self.config.disc_weight * discriminator_loss
+
+        with torch.no_grad():
+            generator_accuracy = (generator_logits.argmax(-1) == targets).float().mean()
+            correct = ((discriminator_logits > 0).float() == replaced).float()
+            discriminator_accuracy = (correct * active).sum() / active.sum().clamp(min=1)
+        return ElectraRTDOutput(
+            loss=loss if return_loss else None, generator_loss=generator_loss, discriminator_loss=discriminator_loss,
+            generator_accuracy=generator_accuracy, discriminator_accuracy=discriminator_accuracy,
+            discriminator_logits=discriminator_logits,
+            discriminator_labels=replaced.long().masked_fill(active == 0, -100), sampled_input_ids=sampled_input_ids,
+        )
+
+    def save_discriminator(self, directory, **kwargs):
+        """Save the discriminator as a plain ``electra`` checkpoint (stock transformers, no remote code)."""
+        self.discriminator.save_pretrained(directory, **kwargs)
+
+    def save_generator(self, directory, **kwargs):
+        """Save the generator as a plain ``electra`` masked-LM checkpoint (with the shared embeddings)."""
+        self.generator.save_pretrained(directory, **kwargs)
+
+
+__all__ = ["ElectraForRTDPreTraining", "ElectraRTDOutput", "ElectraRTDPreTrainedModel"]

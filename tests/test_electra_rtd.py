@@ -1,0 +1,181 @@
+import warnings
+
+import pytest
+import torch
+from huggingface_hub.errors import StrictDataclassError
+from safetensors.torch import save_file
+from transformers import AutoModelForPreTraining, ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
+
+from hf_plm_ext import ElectraForRTDPreTraining, ElectraRTDConfig
+
+from conftest import fresh_python
+
+MASK, PAD, CLS, SEP = 4, 0, 2, 3
+
+
+def tiny_config(**overrides):
+    return ElectraRTDConfig.from_size("tiny", vocab_size=300, mask_token_id=MASK, **overrides)
+
+
+def batch(rows=8, length=40, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(10, 300, (rows, length), generator=generator)
+    ids[:, 0], ids[:, -1] = CLS, SEP
+    lengths = torch.randint(length // 2, length + 1, (rows,), generator=generator)
+    attention_mask = (torch.arange(length)[None] < lengths[:, None]).long()
+    ids = ids.masked_fill(attention_mask == 0, PAD)
+    special = (ids == CLS) | (ids == SEP) | (ids == PAD)
+    return ids, attention_mask, special.long()
+
+
+def test_sizes_follow_the_paper():
+    small = ElectraRTDConfig.from_size("small", vocab_size=30522)
+    d, g = small.discriminator_config, small.generator_config
+    assert (d.num_hidden_layers, d.hidden_size, d.num_attention_heads, d.intermediate_size, d.embedding_size) == \
+        (12, 256, 4, 1024, 128)
+    assert (g.num_hidden_layers, g.hidden_size, g.num_attention_heads, g.intermediate_size, g.embedding_size) == \
+        (12, 64, 1, 256, 128)
+    base = ElectraRTDConfig.from_size("base", vocab_size=30522).generator_config
+    assert (base.hidden_size, base.num_attention_heads, base.intermediate_size) == (256, 4, 1024)
+    assert (small.gen_weight, small.disc_weight, small.mask_prob, small.mask_replace_prob) == (1.0, 50.0, 0.15, 0.85)
+
+
+def test_bad_fields_are_named():
+    with pytest.raises((ValueError, StrictDataclassError), match="mask_prob"):
+        tiny_config(mask_prob=1.5)
+    with pytest.raises((ValueError, StrictDataclassError), match="embedding_size"):
+        ElectraRTDConfig(discriminator_config=ElectraConfig(vocab_size=300, embedding_size=128, hidden_size=128,
+                                                            num_attention_heads=2, intermediate_size=256),
+                         generator_config=ElectraConfig(vocab_size=300, embedding_size=64, hidden_size=64,
+                                                        num_attention_heads=1, intermediate_size=256))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tiny_config(generator_hidden_fraction=2.0)
+    assert any("larger than the discriminator" in str(w.message) for w in caught)
+
+
+def test_masking_takes_exactly_the_share_of_ordinary_tokens():
+    torch.manual_seed(0)
+    model = ElectraForRTDPreTraining(tiny_config())
+    ids, attention_mask, special = batch(rows=64, length=64)
+    shown_as_mask = kept = 0
+    for _ in range(20):
+        masked_ids, labels = model.mask_tokens(ids, attention_mask, special)
+        selected = labels != -100
+        ordinary = (special == 0) & (attention_mask == 1)
+        expected = (ordinary.sum(-1).float() * 0.15).round().clamp(min=1)
+        assert torch.equal(selected.sum(-1).float(), expected)
+        assert not (selected & ~ordinary).any()
+        assert torch.equal(labels[selected], ids[selected])
+        assert torch.equal(masked_ids[~selected], ids[~selected])
+        shown_as_mask += (masked_ids[selected] == MASK).sum().item()
+        kept += (masked_ids[selected] == ids[selected]).sum().item()
+    assert shown_as_mask + kept == pytest.approx(shown_as_mask / 0.85, rel=0.05)  # no random tokens
+    assert shown_as_mask / (shown_as_mask + kept) == pytest.approx(0.85, abs=0.02)
+
+
+def test_discriminator_labels_mark_only_real_replacements():
+    torch.manual_seed(0)
+    model = ElectraForRTDPreTraining(tiny_config())
+    ids, attention_mask, special = batch()
+    masked_ids, labels = model.mask_tokens(ids, attention_mask, special)
+    out = model(masked_ids, attention_mask=attention_mask, labels=labels)
+    selected = labels != -100
+    sampled = out.sampled_input_ids
+    assert torch.equal(sampled[~selected], ids[~selected])  # unmasked tokens are the originals
+    expected = ((sampled != ids) & selected).long().masked_fill(attention_mask == 0, -100)
+    assert torch.equal(out.discriminator_labels, expected)  # a correctly sampled token is "original"
+    assert (out.discriminator_labels[selected] == 0).any() or (out.discriminator_labels[selected] == 1).all()
+
+
+def test_disallow_correct_never_samples_the_original():
+    torch.manual_seed(0)
+    model = ElectraForRTDPreTraining(tiny_config(disallow_correct=True))
+    logits = torch.zeros(500, 300)
+    originals = torch.randint(0, 300, (500,))
+    logits[torch.arange(500), originals] = 20.0  # the generator is sure of the original
+    assert not (model.sample_replacements(logits, originals) == originals).any()
+
+
+def test_no_gradient_from_the_discriminator_reaches_the_generator():
+    torch.manual_seed(0)
+    model = ElectraForRTDPreTraining(tiny_config(tie_embeddings=False))
+    ids, attention_mask, special = batch()
+    out = model(ids, attention_mask=attention_mask, special_tokens_mask=special)
+    out.discriminator_loss.backward()
+    generator_grads = [p.grad for p in model.generator.parameters() if p.grad is not None and p.grad.abs().sum() > 0]
+    assert generator_grads == []
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.discriminator.parameters())
+
+
+def test_loss_is_weighted_sum_and_gradient_reaches_both():
+    torch.manual_seed(0)
+    model = ElectraForRTDPreTraining(tiny_config())
+    ids, attention_mask, special = batch()
+    out = model(ids, attention_mask=attention_mask, special_tokens_mask=special)
+    assert torch.allclose(out.loss, out.generator_loss + 50.0 * out.discriminator_loss)
+    out.loss.backward()
+    assert model.generator.electra.encoder.layer[0].attention.self.query.weight.grad.abs().sum() > 0
+    assert model.discriminator.electra.encoder.layer[0].attention.self.query.weight.grad.abs().sum() > 0
+    assert 0.0 <= out.generator_accuracy <= 1.0 and 0.0 <= out.discriminator_accuracy <= 1.0
+
+
+def test_embeddings_are_shared_through_save_load_and_resize(tmp_path):
+    model = ElectraForRTDPreTraining(tiny_config())
+    shared = model.discriminator.electra.embeddings.word_embeddings.weight
+    assert model.generator.electra.embeddings.word_embeddings.weight is shared
+    assert model.generator.generator_lm_head.weight is shared
+    model.save_pretrained(tmp_path / "rtd")
+    loaded = AutoModelForPreTraining.from_pretrained(tmp_path / "rtd")
+    assert isinstance(loaded, ElectraForRTDPreTraining)
+    shared = loaded.discriminator.electra.embeddings.word_embeddings.weight
+    assert loaded.generator.electra.embeddings.word_embeddings.weight is shared
+    assert loaded.generator.generator_lm_head.weight is shared
+    state, reloaded = model.state_dict(), loaded.state_dict()
+    assert all(torch.equal(state[name], reloaded[name]) for name in state)
+    loaded.resize_token_embeddings(320)
+    shared = loaded.discriminator.electra.embeddings.word_embeddings.weight
+    assert shared.shape[0] == 320 and loaded.generator.generator_lm_head.weight is shared
+    assert loaded.generator.generator_lm_head.bias.shape[0] == 320
+
+
+def test_exported_halves_load_in_stock_transformers(tmp_path):
+    torch.manual_seed(0)
+    model = ElectraForRTDPreTraining(tiny_config()).eval()
+    model.save_discriminator(tmp_path / "discriminator")
+    model.save_generator(tmp_path / "generator")
+    ids, attention_mask, _ = batch()
+    discriminator = ElectraForPreTraining.from_pretrained(tmp_path / "discriminator").eval()
+    generator = ElectraForMaskedLM.from_pretrained(tmp_path / "generator").eval()
+    assert discriminator.config.model_type == generator.config.model_type == "electra"
+    with torch.no_grad():
+        assert torch.equal(discriminator(ids, attention_mask=attention_mask).logits,
+                           model.discriminator(ids, attention_mask=attention_mask).logits)
+        assert torch.equal(generator(ids, attention_mask=attention_mask).logits,
+                           model.generator(ids, attention_mask=attention_mask).logits)
+
+
+def test_remote_code_round_trip(tmp_path):
+    torch.manual_seed(0)
+    model = ElectraForRTDPreTraining(tiny_config()).eval()
+    model.save_pretrained(tmp_path / "rtd")
+    ids, attention_mask, special = batch()
+    torch.manual_seed(1)
+    with torch.no_grad():
+        expected = model(ids, attention_mask=attention_mask, special_tokens_mask=special).discriminator_logits
+    save_file({"ids": ids, "attention_mask": attention_mask, "special": special, "expected": expected},
+              tmp_path / "inputs.safetensors")
+    result = fresh_python(
+        "import sys, torch\n"
+        "from transformers import AutoModelForPreTraining\n"
+        "model = AutoModelForPreTraining.from_pretrained(sys.argv[1], trust_remote_code=True).eval()\n"
+        "assert type(model).__name__ == 'ElectraForRTDPreTraining', type(model)\n"
+        "from safetensors.torch import load_file\n"
+        "data = load_file(sys.argv[2])\n"
+        "torch.manual_seed(1)\n"
+        "with torch.no_grad():\n"
+        "    out = model(data['ids'], attention_mask=data['attention_mask'], special_tokens_mask=data['special'])\n"
+        "print((out.discriminator_logits - data['expected']).abs().max().item())\n",
+        tmp_path / "rtd", tmp_path / "inputs.safetensors")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert float(result.stdout.strip().splitlines()[-1]) == 0.0
