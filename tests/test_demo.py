@@ -12,3 +12,16 @@ def test_demo_runs_end_to_end_and_reloads_with_remote_code(tmp_path, capsys):
     assert "| reload | remote code, max logit diff" in report
     assert {"tokenizer", "pretrained", "sst2"} <= {p.name for p in out.iterdir()}
     assert (out / "sst2" / "modeling_macbert.py").is_file()
+
+
+def test_demo_with_electra_fine_tunes_the_exported_discriminator(tmp_path, capsys):
+    import json
+
+    out = tmp_path / "demo"
+    code, stdout, stderr = run_cli(["demo", "--objective", "electra", "--output", out, "--pretrain-steps", 10,
+                                    "--finetune-epochs", 1], capsys)
+    assert code == 0, stderr[-3000:]
+    assert json.loads((out / "discriminator" / "config.json").read_text())["model_type"] == "electra"
+    assert json.loads((out / "sst2" / "config.json").read_text())["architectures"] == \
+        ["ElectraForSequenceClassification"]
+    assert "| reload | stock transformers, max logit diff" in (out / "demo_results.md").read_text()

@@ -179,3 +179,45 @@ def test_remote_code_round_trip(tmp_path):
         tmp_path / "rtd", tmp_path / "inputs.safetensors")
     assert result.returncode == 0, result.stderr[-3000:]
     assert float(result.stdout.strip().splitlines()[-1]) == 0.0
+
+
+def test_pretrain_export_and_finetune_from_the_command_line(tmp_path, english_tokenizer_dir, shared_data, capsys):
+    import json
+
+    from conftest import run_cli
+
+    run_dir = tmp_path / "electra"
+    code, stdout, stderr = run_cli([
+        "pretrain", "electra", "--corpus", shared_data / "corpus/en/gutenberg/11-0.txt",
+        "--tokenizer", english_tokenizer_dir, "--size", "tiny", "--max_seq_length", 64, "--output", run_dir,
+        "--max_steps", 40, "--learning_rate", 2e-3, "--per_device_train_batch_size", 16, "--logging_steps", 20,
+        "--seed", 0, "--disable_tqdm", "true", "--save_strategy", "no",
+    ], capsys)
+    assert code == 0, stderr[-3000:]
+    results = json.loads((run_dir / "pretrain_results.json").read_text())
+    assert results["final_eval_loss"] < results["initial_eval_loss"]
+    assert 0.0 <= results["final_eval_metrics"]["eval_discriminator_auc"] <= 1.0
+    assert [entry["step"] for entry in results["train_sub_losses"]] == [20, 40]
+    assert {"generator_loss", "discriminator_loss", "generator_accuracy", "discriminator_accuracy"} <= \
+        set(results["train_sub_losses"][-1])
+    model = AutoModelForPreTraining.from_pretrained(run_dir)
+    assert isinstance(model, ElectraForRTDPreTraining)
+    assert model.config.generator_config.hidden_size == 32 and model.config.discriminator_config.hidden_size == 128
+
+    exported = tmp_path / "discriminator"
+    code, _, stderr = run_cli(["export", "electra", "--part", "discriminator", run_dir, exported], capsys)
+    assert code == 0, stderr
+    assert json.loads((exported / "config.json").read_text())["model_type"] == "electra"
+    assert not list(exported.glob("*.py"))  # stock transformers, no remote code
+    code, _, stderr = run_cli(["finetune", "glue", "--task", "sst2", "--model", exported, "--output", tmp_path / "sst2",
+                               "--data-dir", shared_data / "glue/SST-2", "--max_train_samples", 32, "--max_steps", 2,
+                               "--disable_tqdm", "true", "--report_to", "none"], capsys)
+    assert code == 0, stderr[-3000:]
+    assert json.loads((tmp_path / "sst2/config.json").read_text())["architectures"] == \
+        ["ElectraForSequenceClassification"]
+
+    code, _, stderr = run_cli(["export", "electra", run_dir, tmp_path / "again"], capsys)  # default: discriminator
+    assert code == 0, stderr
+    code, _, stderr = run_cli(["export", "electra", tmp_path / "sst2", tmp_path / "wrong"], capsys)
+    assert code == 2 and "is a 'electra' checkpoint, not an ELECTRA run" in stderr
+    assert not (tmp_path / "wrong").exists()

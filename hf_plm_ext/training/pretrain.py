@@ -7,6 +7,8 @@ them; families add their objectives there (``--objective``).
 * ``mlm``: token blocks, BERT's random-token masking, a masked-LM head.
 * ``macbert``: documents -> SOP pairs with word ids, MacBERT's correction masking (or plain
   ``[MASK]`` whole-word N-gram masking with ``--masking mask``), correction-MLM + SOP heads.
+* ``electra``: token blocks; the ``electra-rtd`` model masks, samples and discriminates itself
+  (``--size``), evaluation reports the discriminator's AUC.
 """
 
 import json
@@ -15,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+import torch
 from datasets import load_dataset
 from huggingface_hub.errors import StrictDataclassError
 from transformers import (
@@ -23,6 +27,7 @@ from transformers import (
     AutoModelForPreTraining,
     AutoTokenizer,
     DataCollatorForLanguageModeling,
+    DataCollatorWithPadding,
     Trainer,
     TrainingArguments,
 )
@@ -64,6 +69,8 @@ class PretrainArguments:
     segmenter: str | None = field(default=None, metadata={"help": "macbert: 'jieba' for Chinese words; default: "
                                                                    "the tokenizer's words"})
     short_seq_prob: float = field(default=0.1, metadata={"help": "macbert: share of shorter SOP targets"})
+    size: str = field(default="small", metadata={"help": "electra: discriminator size, tiny (2 x 128), small "
+                                                          "(12 x 256) or base (12 x 768); generator 1/4 (base 1/3)"})
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,9 @@ class Objective:
     head: type  # the Auto class whose model computes the loss
     build_data: Callable  # (tokenizer, args, seed) -> DatasetDict with "train" and "test"
     make_collator: Callable  # (tokenizer, args, seed) -> collator
+    fresh_config: Callable | None = None  # (tokenizer, args) -> config; default: --model_type's
+    compute_metrics: Callable | None = None  # evaluation metrics from the model's outputs
+    label_names: tuple | None = None  # the batch's label keys (empty: the model makes its labels itself)
 
 
 def _mlm_data(tokenizer, args, seed):
@@ -114,9 +124,66 @@ def _macbert_collator(tokenizer, args, seed):
                                             seed=seed, pad_to_multiple_of=8)
 
 
+@dataclass
+class SpecialTokensMaskCollator:
+    """Pads token blocks and marks special tokens, which ELECTRA's own masking leaves alone."""
+
+    tokenizer: object
+
+    def __post_init__(self):
+        self._pad = DataCollatorWithPadding(self.tokenizer, pad_to_multiple_of=8)
+        self._special_ids = torch.tensor(sorted(self.tokenizer.all_special_ids))
+
+    def __call__(self, features):
+        batch = self._pad(features)
+        batch["special_tokens_mask"] = torch.isin(batch["input_ids"], self._special_ids).long()
+        return batch
+
+
+def _electra_collator(tokenizer, args, seed):
+    return SpecialTokensMaskCollator(tokenizer)
+
+
+def _electra_config(tokenizer, args):
+    from hf_plm_ext.modeling.electra_rtd import ElectraRTDConfig
+
+    if tokenizer.mask_token_id is None:
+        raise UserInputError(f"the tokenizer in {args.tokenizer} has no mask token; ELECTRA's generator needs one")
+    try:
+        config = ElectraRTDConfig.from_size(args.size, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                                            mask_token_id=tokenizer.mask_token_id, mask_prob=args.mlm_probability)
+    except ValueError as err:
+        raise UserInputError(f"--size {args.size!r}: {_last_line(err)}") from None
+    for part in (config.discriminator_config, config.generator_config):
+        part.max_position_embeddings = max(part.max_position_embeddings, args.max_seq_length)
+    return config
+
+
+def rtd_metrics(eval_prediction):
+    """Discriminator AUC / accuracy / precision / recall over non-pad tokens, generator accuracy (mean over batches)."""
+    from sklearn.metrics import roc_auc_score
+
+    _, _, generator_accuracy, _, logits, labels = eval_prediction.predictions
+    active = labels != -100
+    scores, replaced = logits[active], labels[active]
+    predicted = scores > 0
+    metrics = {
+        "generator_accuracy": float(np.mean(generator_accuracy)),
+        "discriminator_accuracy": float(np.mean(predicted == replaced)),
+        "discriminator_precision": float(np.mean(replaced[predicted])) if predicted.any() else 0.0,
+        "discriminator_recall": float(np.mean(predicted[replaced == 1])) if (replaced == 1).any() else 0.0,
+        "replaced_share": float(np.mean(replaced)),
+    }
+    if 0 < replaced.sum() < replaced.size:
+        metrics["discriminator_auc"] = float(roc_auc_score(replaced, scores))
+    return metrics
+
+
 OBJECTIVES = {
     "mlm": Objective(AutoModelForMaskedLM, _mlm_data, _mlm_collator),
     "macbert": Objective(AutoModelForPreTraining, _macbert_data, _macbert_collator),
+    "electra": Objective(AutoModelForPreTraining, _mlm_data, _electra_collator, fresh_config=_electra_config,
+                         compute_metrics=rtd_metrics, label_names=()),
 }
 
 
@@ -149,16 +216,20 @@ def _hold_out(dataset, fraction, seed):
     return dataset.train_test_split(test_size=max(1, int(len(dataset) * fraction)), seed=seed)
 
 
-def build_model(args: PretrainArguments, tokenizer, model_class):
+def build_model(args: PretrainArguments, tokenizer, model_class, fresh_config=None):
     if args.model is not None:
         model = load_pretrained(model_class, args.model, "model")
         check_tokenizer_fits(tokenizer, model, args.tokenizer)
         check_sequence_length(model, args.max_seq_length)
         return model
-    if args.model_type not in supported_model_types():
+    if fresh_config is not None:
+        config = fresh_config(tokenizer, args)
+    elif args.model_type not in supported_model_types():
         raise UserInputError(f"unknown --model_type {args.model_type!r}; choose one of {supported_model_types()}")
-    config = AutoConfig.for_model(args.model_type, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                                  max_position_embeddings=max(512, args.max_seq_length))
+    else:
+        config = AutoConfig.for_model(args.model_type, vocab_size=len(tokenizer),
+                                      pad_token_id=tokenizer.pad_token_id,
+                                      max_position_embeddings=max(512, args.max_seq_length))
     if args.config_overrides:
         try:
             config.update_from_string(args.config_overrides)
@@ -202,14 +273,17 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:
     checkpoints = Path(args.checkpoints or f"{args.output}.checkpoints")
     resume = checkpoint_to_resume(training_args.resume_from_checkpoint, checkpoints)
     tokenizer = load_pretrained(AutoTokenizer, args.tokenizer, "tokenizer")
-    model = build_model(args, tokenizer, objective.head)
+    model = build_model(args, tokenizer, objective.head, objective.fresh_config)
     collator = objective.make_collator(tokenizer, args, training_args.seed)
     with training_args.main_process_first(desc="pre-training data"):
         data = objective.build_data(tokenizer, args, training_args.seed)
     training_args.output_dir = str(checkpoints)
     training_args.remove_unused_columns = False  # the builders make exactly what the collators read
+    if objective.label_names is not None:
+        training_args.label_names = list(objective.label_names)
     trainer = SubLossTrainer(model=model, args=training_args, train_dataset=data["train"],
-                             eval_dataset=data["test"], processing_class=tokenizer, data_collator=collator)
+                             eval_dataset=data["test"], processing_class=tokenizer, data_collator=collator,
+                             compute_metrics=objective.compute_metrics)
     trainer.model_accepts_loss_kwargs = False  # heads return batch means
     with staged_output(args.output) as staging:
         initial = trainer.evaluate(metric_key_prefix="initial")
@@ -227,6 +301,8 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:
             "resumed_from": resume,
             "initial_eval_loss": initial["initial_loss"],
             "final_eval_loss": final["eval_loss"],
+            "initial_eval_metrics": initial,
+            "final_eval_metrics": final,
             "train_metrics": train_result.metrics,
             "train_sub_losses": trainer.sub_loss_history,
         }

@@ -1,10 +1,11 @@
-"""A ``Trainer`` that logs a model's named sub-losses (``mlm_loss``, ``sop_loss``, ...) next to ``loss``."""
+"""A ``Trainer`` that logs a model's named sub-losses and accuracies (``mlm_loss``, ``sop_loss``,
+``discriminator_accuracy``, ...) next to ``loss``."""
 
 from transformers import Trainer
 
 
 class SubLossTrainer(Trainer):
-    """Averages every ``*_loss`` field of the model's output over the logging interval and logs it."""
+    """Averages every ``*_loss`` and ``*_accuracy`` field of the model's output over the logging interval and logs it."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -14,7 +15,7 @@ class SubLossTrainer(Trainer):
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
         if model.training and hasattr(outputs, "keys"):
             for name in outputs.keys():
-                if name.endswith("_loss") and outputs[name] is not None:
+                if name.endswith(("_loss", "_accuracy")) and outputs[name] is not None:
                     self._sums[name] = self._sums.get(name, 0.0) + outputs[name].detach().item()
             self._count += 1
         return (loss, outputs) if return_outputs else loss

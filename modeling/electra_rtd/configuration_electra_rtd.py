@@ -63,6 +63,8 @@ class ElectraRTDConfig(PreTrainedConfig):
     """
 
     model_type = "electra-rtd"
+    # The Trainer's eval predictions: only what the RTD metrics need (per-batch scalars, logits, labels).
+    keys_to_ignore_at_inference = ["sampled_input_ids"]
     sub_configs_defaults = {"discriminator_config": ElectraConfig, "generator_config": ElectraConfig}
 
     discriminator_config: dict | ElectraConfig | None = None
