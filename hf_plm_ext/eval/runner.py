@@ -20,6 +20,7 @@ from hf_plm_ext.eval.readers import read_examples, read_label_list
 from hf_plm_ext.eval.tasks import Task, get_task, load_metric
 from hf_plm_ext.files import staged_output
 from hf_plm_ext.training.checks import check_sequence_length, check_tokenizer_fits, load_pretrained
+from hf_plm_ext.training.layerwise_decay import LayerwiseLRDecayTrainer
 from hf_plm_ext.training.saving import save_final
 
 
@@ -38,6 +39,8 @@ class FinetuneArguments:
                                                                          "examples"})
     ignore_mismatched_sizes: bool = field(default=False, metadata={"help": "replace a checkpoint's classifier "
                                                                            "whose label count differs"})
+    layerwise_lr_decay: float | None = field(default=None, metadata={"help": "layer-wise learning-rate decay for "
+                                                                            "BERT-like encoders (ELECTRA: 0.8)"})
 
 
 def task_files(task: Task, args: FinetuneArguments) -> tuple[Path, dict[str, Path]]:
@@ -120,7 +123,10 @@ def finetune(benchmark: str, args: FinetuneArguments, training_args: TrainingArg
 
     with staged_output(args.output) as staging:
         training_args.output_dir = str(staging)
-        trainer = Trainer(
+        trainer_class, extra = Trainer, {}
+        if args.layerwise_lr_decay is not None:
+            trainer_class, extra = LayerwiseLRDecayTrainer, {"layerwise_lr_decay": args.layerwise_lr_decay}
+        trainer = trainer_class(
             model=model,
             args=training_args,
             train_dataset=train_dataset,
@@ -128,6 +134,7 @@ def finetune(benchmark: str, args: FinetuneArguments, training_args: TrainingArg
             processing_class=tokenizer,
             data_collator=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8),
             compute_metrics=make_compute_metrics(task),
+            **extra,
         )
         # Sequence-classification heads return batch means: let the Trainer scale for gradient accumulation.
         trainer.model_accepts_loss_kwargs = False
@@ -138,6 +145,7 @@ def finetune(benchmark: str, args: FinetuneArguments, training_args: TrainingArg
             "model": str(args.model),
             "train_file": str(train_path),
             "num_train_examples": len(train_dataset),
+            "layerwise_lr_decay": args.layerwise_lr_decay,
             "world_size": training_args.world_size,
             "train_metrics": train_result.metrics,
             "results": [],
