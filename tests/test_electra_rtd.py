@@ -203,6 +203,12 @@ def test_pretrain_export_and_finetune_from_the_command_line(tmp_path, english_to
     model = AutoModelForPreTraining.from_pretrained(run_dir)
     assert isinstance(model, ElectraForRTDPreTraining)
     assert model.config.generator_config.hidden_size == 32 and model.config.discriminator_config.hidden_size == 128
+    from hf_plm_ext.hub.cards import render_card
+
+    card = render_card(run_dir, repo_id="someone/electra-tiny")
+    assert {"hf-plm-ext", "electra-rtd", "electra", "custom_code"} <= set(card.data.tags)
+    assert "| size | tiny |" in card.text and "| held-out discriminator AUC |" in card.text
+    assert "| hidden size / heads | 128 / 2 | 32 / 1 |" in card.text and "{ELECTRA}" in card.text
 
     exported = tmp_path / "discriminator"
     code, _, stderr = run_cli(["export", "electra", "--part", "discriminator", run_dir, exported], capsys)

@@ -25,8 +25,9 @@ HEADS = {
 }
 TRAINING_FIELDS = ("learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "max_steps",
                    "num_train_epochs", "warmup_steps", "weight_decay", "seed")
-PRETRAINING_FIELDS = ("objective", "masking", "similar_words", "segmenter", "mlm_probability", "max_seq_length",
-                      "short_seq_prob", "corpus", "train_examples", "world_size", "initial_eval_loss", "final_eval_loss")
+PRETRAINING_FIELDS = ("objective", "mlm_probability", "max_seq_length", "corpus", "train_examples", "world_size",
+                      "initial_eval_loss", "final_eval_loss")
+OBJECTIVE_FIELDS = {"macbert": ("masking", "similar_words", "segmenter", "short_seq_prob"), "electra": ("size",)}
 
 
 def _read_json(path: Path):
@@ -68,7 +69,11 @@ def render_card(checkpoint, repo_id=None, language=None, license=None, base_mode
     pretraining = {}
     if pretrained:
         merged = {**pretrained.get("arguments", {}), **pretrained}
-        pretraining = {k: _show(merged[k]) for k in PRETRAINING_FIELDS if merged.get(k) is not None}
+        fields = PRETRAINING_FIELDS + OBJECTIVE_FIELDS.get(merged.get("objective"), ())
+        pretraining = {k: _show(merged[k]) for k in fields if merged.get(k) is not None}
+        auc = merged.get("final_eval_metrics", {}).get("eval_discriminator_auc")
+        if auc is not None:
+            pretraining["held-out discriminator AUC"] = round(auc, 4)
     training = {k: _show(training_args[k]) for k in TRAINING_FIELDS if training_args.get(k) not in (None, -1)}
     objective = (pretrained or {}).get("objective")
     name = repo_id.split("/")[-1] if repo_id else checkpoint.name
@@ -83,7 +88,7 @@ def render_card(checkpoint, repo_id=None, language=None, license=None, base_mode
         what = (f"This checkpoint is fine-tuned on {evaluated['benchmark'].upper()} {evaluated['task'].upper()} "
                 f"({evaluated['num_train_examples']} training examples).")
     elif pretrained:
-        what = (f"This checkpoint is the encoder with its pre-training heads (`{architecture}`), pre-trained with the "
+        what = (f"This checkpoint is the model with its pre-training heads (`{architecture}`), pre-trained with the "
                 f"`{objective}` objective" + (f", `{pretraining['masking']}` masking." if "masking" in pretraining
                                               else "."))
     else:
@@ -95,7 +100,7 @@ def render_card(checkpoint, repo_id=None, language=None, license=None, base_mode
         repo_id=repo_id or f"path/to/{checkpoint.name}", auto_class=auto_class, architecture=architecture,
         what_this_checkpoint_is=what, pretraining=pretraining, training=training,
         results_table=results_table([evaluated]) if evaluated else "",
-        num_parameters=_parameter_count(checkpoint), **{k: config.get(k) for k in (
+        num_parameters=_parameter_count(checkpoint), config=config, **{k: config.get(k) for k in (
             "num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")},
     )
     return ModelCard(re.sub(r"\n{3,}", "\n\n", str(card)))  # the template's optional sections leave blank runs
@@ -106,7 +111,9 @@ def _optional(path: Path):
 
 
 def _show(value):
-    return ", ".join(Path(v).name for v in value) if isinstance(value, list) else value
+    if isinstance(value, list):
+        return ", ".join(Path(v).name for v in value)
+    return round(value, 4) if isinstance(value, float) else value
 
 
 def _parameter_count(checkpoint: Path) -> str:
