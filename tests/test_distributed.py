@@ -63,3 +63,15 @@ def test_macbert_pretraining_on_two_processes(tmp_path, english_tokenizer_dir, s
     results = json.loads((out / "pretrain_results.json").read_text())
     assert results["world_size"] == 2 and results["objective"] == "macbert"
     AutoModelForPreTraining.from_pretrained(out)
+
+
+def test_electra_pretraining_on_two_processes(tmp_path, english_tokenizer_dir, shared_data):
+    out = tmp_path / "electra"
+    proc = _launch("accelerate", ["pretrain", "electra", "--corpus", shared_data / "corpus/en/gutenberg/11-0.txt",
+                                  "--tokenizer", english_tokenizer_dir, "--size", "tiny", "--max_seq_length", 64,
+                                  "--output", out], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = json.loads((out / "pretrain_results.json").read_text())
+    assert results["world_size"] == 2 and results["objective"] == "electra"
+    assert 0.0 <= results["final_eval_metrics"]["eval_discriminator_auc"] <= 1.0
+    assert type(AutoModelForPreTraining.from_pretrained(out)).__name__ == "ElectraForRTDPreTraining"

@@ -98,9 +98,10 @@ class ElectraRTDConfig(PreTrainedConfig):
         if size not in SIZES:
             raise ValueError(f"ElectraRTDConfig size must be one of {list(SIZES)}, got {size!r}")
         fraction = GENERATOR_FRACTIONS[size] if generator_hidden_fraction is None else generator_hidden_fraction
-        discriminator = encoder_config(**SIZES[size], vocab_size=vocab_size,
-                                       pad_token_id=kwargs.pop("pad_token_id", 0))
-        return cls(discriminator_config=discriminator, generator_hidden_fraction=fraction, **kwargs)
+        pad_token_id = kwargs.pop("pad_token_id", 0)
+        discriminator = encoder_config(**SIZES[size], vocab_size=vocab_size, pad_token_id=pad_token_id)
+        return cls(discriminator_config=discriminator, generator_hidden_fraction=fraction, pad_token_id=pad_token_id,
+                   **kwargs)
 
     def validate_electra_rtd_fields(self):
         """Run by ``@strict`` after ``__init__`` and by ``config.validate()``."""

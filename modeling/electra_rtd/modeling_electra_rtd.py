@@ -143,8 +143,9 @@ class ElectraForRTDPreTraining(ElectraRTDPreTrainedModel):
             input_ids: ``[batch, seq]`` token ids; original text when ``labels`` is None (the model
                 masks), otherwise already masked by a collator.
             labels: ``[batch, seq]`` original ids at masked positions, -100 elsewhere (optional).
-            special_tokens_mask: ``[batch, seq]``, 1 at tokens never to mask (optional; default:
-                padding and ``[MASK]``... by id).
+            special_tokens_mask: ``[batch, seq]``, 1 at tokens never to mask, e.g. from
+                ``tokenizer(..., return_special_tokens_mask=True)``; without it only padding and
+                ``[MASK]`` are recognised (by id), so ``[CLS]``/``[SEP]`` may be masked.
         """
         if labels is None:
             input_ids, labels = self.mask_tokens(input_ids, attention_mask, special_tokens_mask)
