@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from hf_plm_ext import MacBertForMaskedLM
@@ -98,17 +100,17 @@ def _recording_training_step(stop_at_call=None):
     return training_step, calls
 
 
-def test_a_stopped_run_resumes_from_its_last_checkpoint(tmp_path, english_tokenizer_dir, shared_data, capsys):
+@pytest.mark.parametrize("objective, shape", [("mlm", ["--config_overrides", TINY]), ("electra", ["--size", "tiny"])])
+def test_a_stopped_run_resumes_from_its_last_checkpoint(objective, shape, tmp_path, english_tokenizer_dir, shared_data,
+                                                         capsys):
     from unittest import mock
-
-    import pytest
 
     def pretrain(out, *extra, stop_at_call=None):
         step, calls = _recording_training_step(stop_at_call)
         with mock.patch("hf_plm_ext.training.trainer.SubLossTrainer.training_step", step):
             code, _, stderr = run_cli([
-                "pretrain", "mlm", "--corpus", shared_data / "corpus/en/gutenberg/11-0.txt",
-                "--tokenizer", english_tokenizer_dir, "--config_overrides", TINY, "--max_seq_length", 64,
+                "pretrain", objective, "--corpus", shared_data / "corpus/en/gutenberg/11-0.txt",
+                "--tokenizer", english_tokenizer_dir, *shape, "--max_seq_length", 64,
                 "--output", out, "--max_steps", 6, "--save_steps", 2, "--per_device_train_batch_size", 8,
                 "--seed", 0, "--disable_tqdm", "true", *extra,
             ], capsys)
