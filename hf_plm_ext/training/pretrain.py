@@ -17,8 +17,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-import torch
 from datasets import load_dataset
 from huggingface_hub.errors import StrictDataclassError
 from transformers import (
@@ -27,13 +25,13 @@ from transformers import (
     AutoModelForPreTraining,
     AutoTokenizer,
     DataCollatorForLanguageModeling,
-    DataCollatorWithPadding,
     Trainer,
     TrainingArguments,
 )
 from transformers.trainer_utils import get_last_checkpoint
 
 from hf_plm_ext.data.correction_masking import DataCollatorForCorrectionMasking, jieba_spans
+from hf_plm_ext.data.replaced_token_detection import SpecialTokensMaskCollator, rtd_metrics
 from hf_plm_ext.data.similar_words import load_similar_words
 from hf_plm_ext.data.sop import build_sop_pairs
 from hf_plm_ext.errors import UserInputError
@@ -124,22 +122,6 @@ def _macbert_collator(tokenizer, args, seed):
                                             seed=seed, pad_to_multiple_of=8)
 
 
-@dataclass
-class SpecialTokensMaskCollator:
-    """Pads token blocks and marks special tokens, which ELECTRA's own masking leaves alone."""
-
-    tokenizer: object
-
-    def __post_init__(self):
-        self._pad = DataCollatorWithPadding(self.tokenizer, pad_to_multiple_of=8)
-        self._special_ids = torch.tensor(sorted(self.tokenizer.all_special_ids))
-
-    def __call__(self, features):
-        batch = self._pad(features)
-        batch["special_tokens_mask"] = torch.isin(batch["input_ids"], self._special_ids).long()
-        return batch
-
-
 def _electra_collator(tokenizer, args, seed):
     return SpecialTokensMaskCollator(tokenizer)
 
@@ -157,26 +139,6 @@ def _electra_config(tokenizer, args):
     for part in (config.discriminator_config, config.generator_config):
         part.max_position_embeddings = max(part.max_position_embeddings, args.max_seq_length)
     return config
-
-
-def rtd_metrics(eval_prediction):
-    """Discriminator AUC / accuracy / precision / recall over non-pad tokens, generator accuracy (mean over batches)."""
-    from sklearn.metrics import roc_auc_score
-
-    _, _, generator_accuracy, _, logits, labels = eval_prediction.predictions
-    active = labels != -100
-    scores, replaced = logits[active], labels[active]
-    predicted = scores > 0
-    metrics = {
-        "generator_accuracy": float(np.mean(generator_accuracy)),
-        "discriminator_accuracy": float(np.mean(predicted == replaced)),
-        "discriminator_precision": float(np.mean(replaced[predicted])) if predicted.any() else 0.0,
-        "discriminator_recall": float(np.mean(predicted[replaced == 1])) if (replaced == 1).any() else 0.0,
-        "replaced_share": float(np.mean(replaced)),
-    }
-    if 0 < replaced.sum() < replaced.size:
-        metrics["discriminator_auc"] = float(roc_auc_score(replaced, scores))
-    return metrics
 
 
 OBJECTIVES = {
