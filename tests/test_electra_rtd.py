@@ -227,3 +227,13 @@ def test_pretrain_export_and_finetune_from_the_command_line(tmp_path, english_to
     code, _, stderr = run_cli(["export", "electra", tmp_path / "sst2", tmp_path / "wrong"], capsys)
     assert code == 2 and "is a 'electra' checkpoint, not an ELECTRA run" in stderr
     assert not (tmp_path / "wrong").exists()
+
+
+def test_untied_halves_resize_separately():
+    model = ElectraForRTDPreTraining(tiny_config(tie_embeddings=False))
+    model.resize_token_embeddings(320)
+    generator, discriminator = model.generator, model.discriminator
+    assert generator.electra.embeddings.word_embeddings.weight is not discriminator.electra.embeddings.word_embeddings.weight
+    assert generator.electra.embeddings.word_embeddings.weight.shape[0] == 320
+    assert discriminator.electra.embeddings.word_embeddings.weight.shape[0] == 320
+    assert generator.generator_lm_head.weight is generator.electra.embeddings.word_embeddings.weight

@@ -93,9 +93,12 @@ class ElectraForRTDPreTraining(ElectraRTDPreTrainedModel):
         return self.discriminator.get_input_embeddings()
 
     def set_input_embeddings(self, embeddings):
-        self.discriminator.set_input_embeddings(embeddings)
-        if not self.config.tie_embeddings:
-            self.generator.set_input_embeddings(embeddings)
+        self.discriminator.set_input_embeddings(embeddings)  # shared with the generator when tied
+
+    def resize_token_embeddings(self, *args, **kwargs):
+        if not self.config.tie_embeddings:  # the generator has its own table and head: resize them too
+            self.generator.resize_token_embeddings(*args, **kwargs)
+        return super().resize_token_embeddings(*args, **kwargs)
 
     def get_output_embeddings(self):
         return self.generator.generator_lm_head
