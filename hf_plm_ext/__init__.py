@@ -18,6 +18,12 @@ from hf_plm_ext.modeling.macbert import (  # noqa: E402
     MacBertForTokenClassification,
     MacBertModel,
 )
+from hf_plm_ext.modeling.transfo_xl import (  # noqa: E402
+    TransfoXLConfig,
+    TransfoXLForSequenceClassification,
+    TransfoXLLMHeadModel,
+    TransfoXLModel,
+)
 
 __version__ = "0.1.0"
 
@@ -32,5 +38,9 @@ __all__ = [
     "MacBertForSequenceClassification",
     "MacBertForTokenClassification",
     "MacBertModel",
+    "TransfoXLConfig",
+    "TransfoXLForSequenceClassification",
+    "TransfoXLLMHeadModel",
+    "TransfoXLModel",
     "register_families",
 ]

@@ -17,6 +17,12 @@ from hf_plm_ext.modeling.macbert import (
     MacBertForTokenClassification,
     MacBertModel,
 )
+from hf_plm_ext.modeling.transfo_xl import (
+    TransfoXLConfig,
+    TransfoXLForSequenceClassification,
+    TransfoXLLMHeadModel,
+    TransfoXLModel,
+)
 
 FAMILIES = {
     MacBertConfig: {
@@ -29,6 +35,11 @@ FAMILIES = {
     },
     ElectraRTDConfig: {
         "AutoModelForPreTraining": ElectraForRTDPreTraining,
+    },
+    TransfoXLConfig: {
+        "AutoModel": TransfoXLModel,
+        "AutoModelForCausalLM": TransfoXLLMHeadModel,
+        "AutoModelForSequenceClassification": TransfoXLForSequenceClassification,
     },
 }
 

@@ -1,0 +1,132 @@
+"""Transformer-XL configuration: the field names and defaults of transformers 4.x ``TransfoXLConfig``.
+
+transformers 5 deleted Transformer-XL; a ``config.json`` written by transformers 4.x
+(``model_type: transfo-xl``) loads into this class unchanged. The defaults are the 4.x ones
+(the WikiText-103 large model of Dai et al., 2019).
+"""
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+
+
+@strict
+class TransfoXLConfig(PreTrainedConfig):
+    r"""Transformer-XL: a decoder with segment-level memory and relative positional attention.
+
+    Args:
+        vocab_size: number of tokens.
+        cutoffs: adaptive input / softmax cluster boundaries (increasing, each < ``vocab_size``);
+            used when ``adaptive`` is true. ``[]`` gives one cluster (a plain softmax).
+        d_model: hidden size. d_embed: token embedding size (projected to ``d_model`` when different).
+        n_head, d_head: attention heads and their size (``n_head * d_head`` need not be ``d_model``).
+        d_inner: feed-forward inner size. n_layer: number of layers.
+        div_val: cluster ``i`` embeds in ``d_embed // div_val**i`` dimensions (adaptive input).
+        pre_lnorm: LayerNorm before each sub-layer instead of after (the paper: after).
+        mem_len: hidden states kept per layer as the next segment's memory (0: no memory).
+        clamp_len: relative distances beyond this use the embedding of ``clamp_len`` (<= 0: no clamp).
+        same_length: every query attends to the same number of keys (the paper's evaluation).
+        proj_share_all_but_first: the softmax's projections of clusters 1.. are the embedding's (``tie_projs``).
+        attn_type: 0 only, the paper's relative attention (1-3, the reference code's ablations,
+            are not implemented).
+        sample_softmax: -1 only (sampled softmax is not implemented).
+        adaptive: adaptive input embeddings and adaptive softmax over ``cutoffs``; false: a plain
+            embedding and softmax over the whole vocabulary.
+        dropout, dropatt: dropout on hidden states and on attention probabilities.
+        untie_r: one ``r_w_bias`` / ``r_r_bias`` per layer (true) or shared by all layers.
+        init, init_range, init_std, proj_init_std: weight initialisation ("normal" or "uniform").
+        tie_word_embeddings: the softmax's cluster weights are the input embeddings.
+
+    Example:
+        >>> from hf_plm_ext.modeling.transfo_xl import TransfoXLConfig, TransfoXLLMHeadModel
+        >>> config = TransfoXLConfig(vocab_size=1000, adaptive=False, d_model=64, d_embed=64, n_head=2,
+        ...                          d_head=32, d_inner=128, n_layer=2, mem_len=32, clamp_len=-1)
+        >>> model = TransfoXLLMHeadModel(config)
+    """
+
+    model_type = "transfo-xl"
+    keys_to_ignore_at_inference = ["mems"]
+    attribute_map = {"n_token": "vocab_size", "hidden_size": "d_model", "num_attention_heads": "n_head",
+                     "num_hidden_layers": "n_layer"}
+
+    vocab_size: int = 267735
+    cutoffs: list[int] | tuple[int, ...] = (20000, 40000, 200000)
+    d_model: int = 1024
+    d_embed: int = 1024
+    n_head: int = 16
+    d_head: int = 64
+    d_inner: int = 4096
+    div_val: int = 4
+    pre_lnorm: bool = False
+    n_layer: int = 18
+    mem_len: int = 1600
+    clamp_len: int = 1000
+    same_length: bool = True
+    proj_share_all_but_first: bool = True
+    attn_type: int = 0
+    sample_softmax: int = -1
+    adaptive: bool = True
+    dropout: float = 0.1
+    dropatt: float = 0.0
+    untie_r: bool = True
+    init: str = "normal"
+    init_range: float = 0.01
+    proj_init_std: float = 0.01
+    init_std: float = 0.02
+    layer_norm_epsilon: float = 1e-5
+    eos_token_id: int | None = 0
+    pad_token_id: int | None = None
+    tie_word_embeddings: bool = True
+    tie_projs: list[bool] | None = None
+
+    def __post_init__(self, **kwargs):
+        self.cutoffs = list(self.cutoffs)
+        # transformers 4.x derived tie_projs from proj_share_all_but_first and saved both.
+        self.tie_projs = [False] + [self.proj_share_all_but_first] * len(self.cutoffs)
+        super().__post_init__(**kwargs)
+        family_auto_map = getattr(type(self), "_family_auto_map", None)  # see MacBertConfig
+        if family_auto_map and getattr(self, "auto_map", None) is None:
+            self.auto_map = dict(family_auto_map)
+
+    @property
+    def max_position_embeddings(self):
+        return None  # relative positions: no length limit (4.x said -1, which generate() now reads as a limit)
+
+    @property
+    def cluster_cutoffs(self) -> list[int]:
+        """The cutoffs the model uses: ``cutoffs`` with ``adaptive``, none (one plain softmax) without."""
+        return list(self.cutoffs) if self.adaptive else []
+
+    def validate_transfo_xl_fields(self):
+        """Run by ``@strict`` after ``__init__`` and by ``config.validate()``."""
+        for name in ("vocab_size", "d_model", "d_embed", "n_head", "d_head", "d_inner", "n_layer", "div_val"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"TransfoXLConfig.{name} must be positive, got {getattr(self, name)!r}")
+        if self.mem_len < 0:
+            raise ValueError(f"TransfoXLConfig.mem_len must be >= 0 (0: no memory), got {self.mem_len!r}")
+        if self.attn_type != 0:
+            raise ValueError(f"TransfoXLConfig.attn_type must be 0 (the paper's relative attention, the only one "
+                             f"implemented; the reference code's 1-3 are ablations), got {self.attn_type!r}")
+        if self.sample_softmax > 0:
+            raise ValueError(f"TransfoXLConfig.sample_softmax must be -1: sampled softmax is not implemented, got "
+                             f"{self.sample_softmax!r}")
+        if self.init not in ("normal", "uniform"):
+            raise ValueError(f"TransfoXLConfig.init must be 'normal' or 'uniform', got {self.init!r}")
+        for name in ("dropout", "dropatt"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"TransfoXLConfig.{name} must be in [0, 1), got {getattr(self, name)!r}")
+        if self.adaptive:
+            cutoffs = list(self.cutoffs)
+            if any(b <= a for a, b in zip([0] + cutoffs, cutoffs)):
+                raise ValueError(f"TransfoXLConfig.cutoffs must be positive and strictly increasing, got {cutoffs}")
+            if cutoffs and cutoffs[-1] >= self.vocab_size:
+                raise ValueError(f"TransfoXLConfig.cutoffs must be < vocab_size ({self.vocab_size}), got {cutoffs} "
+                                 f"(set adaptive=False for a plain softmax)")
+            too_small = [i for i in range(len(cutoffs) + 1) if self.d_embed // self.div_val ** i == 0]
+            if too_small:
+                raise ValueError(f"TransfoXLConfig: d_embed // div_val**i is 0 for cluster {too_small[0]} "
+                                 f"(d_embed={self.d_embed}, div_val={self.div_val})")
+        if self.eos_token_id is not None and not 0 <= self.eos_token_id < self.vocab_size:
+            raise ValueError(f"TransfoXLConfig.eos_token_id ({self.eos_token_id}) must be in [0, {self.vocab_size})")
+
+
+__all__ = ["TransfoXLConfig"]

@@ -1,0 +1,582 @@
+"""Transformer-XL (Dai et al., 2019): segment-level memory and relative positional attention.
+
+Mechanics of ``kimiyoung/transformer-xl`` (``pytorch/mem_transformer.py``), batch-first:
+
+* every layer attends over ``[memory; segment]``; the memory of layer ``i`` is the last
+  ``mem_len`` inputs of layer ``i`` (layer 0's input is the embedding output), detached;
+* attention score = ``(q + r_w_bias) . k`` (content) + ``rel_shift((q + r_r_bias) . R)``
+  (position), ``R`` = sinusoids of the distances ``klen-1 .. 0`` (clamped to ``clamp_len``)
+  through the bias-free ``r_net``, scaled by ``1 / sqrt(d_head)``;
+* causal mask over ``[memory; segment]``; with ``same_length`` every query sees the same
+  number of keys;
+* post-LayerNorm residual blocks (``pre_lnorm`` for pre-LN), ReLU feed-forward;
+* adaptive input embeddings and adaptive softmax over ``cutoffs``, or a plain softmax.
+
+Parameter names are those of transformers 4.x ``TransfoXLLMHeadModel``, so its checkpoints
+load unchanged. Memories are an explicit input and output (``mems``), never saved.
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
+from transformers.utils import ModelOutput
+
+from .configuration_transfo_xl import TransfoXLConfig
+
+
+@dataclass
+class TransfoXLModelOutput(ModelOutput):
+    """Output of :class:`TransfoXLModel`.
+
+    Args:
+        last_hidden_state: ``[batch, seq, d_model]``.
+        mems: ``n_layer`` tensors ``[batch, min(mem_len, memory + seq), d_model]`` to pass as the
+            next segment's ``mems`` (detached); ``None`` when ``mem_len`` is 0.
+        hidden_states: ``n_layer + 1`` tensors ``[batch, seq, d_model]`` with ``output_hidden_states``.
+        attentions: ``n_layer`` tensors ``[batch, n_head, seq, memory + seq]`` with ``output_attentions``.
+    """
+
+    last_hidden_state: torch.Tensor | None = None
+    mems: list[torch.Tensor] | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class TransfoXLLMHeadModelOutput(ModelOutput):
+    """Output of :class:`TransfoXLLMHeadModel`.
+
+    Args:
+        loss: mean negative log-likelihood over the predicted tokens, a scalar.
+        losses: ``[batch, targets]`` per-token negative log-likelihood (0 where the target is -100);
+            ``targets`` is ``seq - 1`` with ``labels``, ``seq`` with ``shift_labels``.
+        logits: ``[batch, seq, vocab_size]``: scores with a plain softmax; log-probabilities with the
+            adaptive softmax, whose full vocabulary is only computed when no labels are given.
+        mems, hidden_states, attentions: as in :class:`TransfoXLModelOutput`.
+    """
+
+    loss: torch.Tensor | None = None
+    losses: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    mems: list[torch.Tensor] | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class TransfoXLSequenceClassifierOutput(ModelOutput):
+    """Output of :class:`TransfoXLForSequenceClassification`: ``logits`` ``[batch, num_labels]``."""
+
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    mems: list[torch.Tensor] | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+def sinusoid_embeddings(distances: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+    """``[len]`` distances -> ``[len, d]`` as ``cat([sin, cos])`` (the reference's ``PositionalEmbedding``)."""
+    angles = torch.outer(distances.to(inv_freq.dtype), inv_freq)
+    return torch.cat([angles.sin(), angles.cos()], dim=-1)
+
+
+def rel_shift(scores: torch.Tensor) -> torch.Tensor:
+    """``[..., q, k]`` scores against distances ``k-1 .. 0`` -> scores against each key.
+
+    Afterwards ``out[..., i, j]`` holds the input at distance ``(k - q) + i - j`` (query ``i`` sits
+    at key position ``k - q + i``). Entries above that diagonal are junk and must be masked.
+    """
+    *batch, qlen, klen = scores.shape
+    padded = F.pad(scores, (1, 0))  # one zero column in front of the keys
+    return padded.view(*batch, klen + 1, qlen)[..., 1:, :].reshape(*batch, qlen, klen)
+
+
+def relative_attention_scores(query, key, position_keys, r_w_bias, r_r_bias):
+    """Unscaled Transformer-XL scores ``AC + BD``.
+
+    Args:
+        query: ``[batch, heads, q, d_head]``; key: ``[batch, heads, k, d_head]``.
+        position_keys: ``[k, heads, d_head]``, ``r_net`` of the embeddings of distances ``k-1 .. 0``.
+        r_w_bias, r_r_bias: ``[heads, d_head]`` global content and position biases.
+
+    Returns: ``[batch, heads, q, k]``.
+    """
+    content = (query + r_w_bias[:, None]) @ key.transpose(-1, -2)
+    position = torch.einsum("bhqd,khd->bhqk", query + r_r_bias[:, None], position_keys)
+    return content + rel_shift(position)
+
+
+def causal_memory_mask(qlen: int, mlen: int, mem_len: int, same_length: bool, device) -> torch.Tensor:
+    """``[q, mlen + q]`` bool, True where a query may *not* attend (the reference's ``dec_attn_mask``)."""
+    klen = mlen + qlen
+    ones = torch.ones(qlen, klen, dtype=torch.bool, device=device)
+    mask = torch.triu(ones, diagonal=1 + mlen)
+    if same_length:
+        overflow = klen - mem_len
+        shift = qlen - overflow if overflow > 0 else qlen
+        mask = mask | torch.tril(ones, diagonal=-shift)
+    return mask
+
+
+class PositionalEmbedding(nn.Module):
+    def __init__(self, dim: int):
+        super().__init__()
+        self.register_buffer("inv_freq", 1 / (10000 ** (torch.arange(0.0, dim, 2.0) / dim)), persistent=False)
+
+    def forward(self, distances):
+        return sinusoid_embeddings(distances, self.inv_freq)
+
+
+class PositionwiseFF(nn.Module):
+    def __init__(self, config: TransfoXLConfig):
+        super().__init__()
+        self.pre_lnorm = config.pre_lnorm
+        self.CoreNet = nn.Sequential(
+            nn.Linear(config.d_model, config.d_inner), nn.ReLU(inplace=True), nn.Dropout(config.dropout),
+            nn.Linear(config.d_inner, config.d_model), nn.Dropout(config.dropout))
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_epsilon)
+
+    def forward(self, hidden):
+        if self.pre_lnorm:
+            return hidden + self.CoreNet(self.layer_norm(hidden))
+        return self.layer_norm(hidden + self.CoreNet(hidden))
+
+
+class RelPartialLearnableMultiHeadAttn(nn.Module):
+    def __init__(self, config: TransfoXLConfig):
+        super().__init__()
+        self.n_head, self.d_head, self.pre_lnorm = config.n_head, config.d_head, config.pre_lnorm
+        self.scale = 1 / math.sqrt(config.d_head)
+        inner = config.n_head * config.d_head
+        self.qkv_net = nn.Linear(config.d_model, 3 * inner, bias=False)
+        self.r_net = nn.Linear(config.d_model, inner, bias=False)
+        self.o_net = nn.Linear(inner, config.d_model, bias=False)
+        self.drop = nn.Dropout(config.dropout)
+        self.dropatt = nn.Dropout(config.dropatt)
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_epsilon)
+        if config.untie_r:
+            self.r_w_bias = nn.Parameter(torch.zeros(config.n_head, config.d_head))
+            self.r_r_bias = nn.Parameter(torch.zeros(config.n_head, config.d_head))
+
+    def _heads(self, x):
+        return x.view(x.shape[0], x.shape[1], self.n_head, self.d_head).transpose(1, 2)
+
+    def forward(self, hidden, position_embeddings, mask, memory=None, r_w_bias=None, r_r_bias=None,
+                output_attentions=False):
+        """hidden ``[b, q, d]``, position_embeddings ``[k, d]``, mask ``[q, k]`` (True = blocked),
+        memory ``[b, m, d]`` or None -> ``([b, q, d], [b, heads, q, k] or None)``."""
+        if r_w_bias is None:
+            r_w_bias, r_r_bias = self.r_w_bias, self.r_r_bias
+        qlen = hidden.shape[1]
+        keys_in = hidden if memory is None else torch.cat([memory, hidden], dim=1)
+        if self.pre_lnorm:
+            keys_in = self.layer_norm(keys_in)
+        query, key, value = (self._heads(t) for t in self.qkv_net(keys_in).chunk(3, dim=-1))
+        query = query[:, :, -qlen:]
+        position_keys = self.r_net(position_embeddings).view(-1, self.n_head, self.d_head)
+        if output_attentions:
+            scores = relative_attention_scores(query, key, position_keys, r_w_bias, r_r_bias) * self.scale
+            probs = self.dropatt(scores.float().masked_fill(mask, float("-inf")).softmax(-1).type_as(scores))
+            context = probs @ value
+        else:  # SDPA adds the position term as a float mask: (q + r_w_bias) . k * scale + BD * scale
+            position = torch.einsum("bhqd,khd->bhqk", query + r_r_bias[:, None], position_keys)
+            bias = (rel_shift(position) * self.scale).masked_fill(mask, float("-inf"))
+            context = F.scaled_dot_product_attention(query + r_w_bias[:, None], key, value, attn_mask=bias,
+                                                     dropout_p=self.dropatt.p if self.training else 0.0,
+                                                     scale=self.scale)
+            probs = None
+        attended = self.drop(self.o_net(context.transpose(1, 2).flatten(2)))
+        output = hidden + attended if self.pre_lnorm else self.layer_norm(hidden + attended)
+        return output, probs
+
+
+class RelPartialLearnableDecoderLayer(nn.Module):
+    def __init__(self, config: TransfoXLConfig):
+        super().__init__()
+        self.dec_attn = RelPartialLearnableMultiHeadAttn(config)
+        self.pos_ff = PositionwiseFF(config)
+
+    def forward(self, hidden, position_embeddings, mask, memory=None, r_w_bias=None, r_r_bias=None,
+                output_attentions=False):
+        hidden, probs = self.dec_attn(hidden, position_embeddings, mask, memory, r_w_bias, r_r_bias,
+                                      output_attentions)
+        return self.pos_ff(hidden), probs
+
+
+def cluster_bounds(cutoffs: list[int], vocab_size: int) -> list[tuple[int, int]]:
+    edges = [0] + list(cutoffs) + [vocab_size]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+class AdaptiveEmbedding(nn.Module):
+    """Token embeddings of ``d_embed // div_val**i`` dimensions per cluster, projected to ``d_model``,
+    scaled by ``sqrt(d_model)`` (the reference's ``AdaptiveEmbedding``)."""
+
+    def __init__(self, config: TransfoXLConfig):
+        super().__init__()
+        self.d_model, self.div_val = config.d_model, config.div_val
+        self.scale = config.d_model ** 0.5
+        self.bounds = cluster_bounds(config.cluster_cutoffs, config.vocab_size)
+        self.emb_layers = nn.ModuleList()
+        self.emb_projs = nn.ParameterList()
+        if self.div_val == 1:
+            self.emb_layers.append(nn.Embedding(config.vocab_size, config.d_embed))
+            if config.d_model != config.d_embed:
+                self.emb_projs.append(nn.Parameter(torch.zeros(config.d_model, config.d_embed)))
+        else:
+            for i, (start, end) in enumerate(self.bounds):
+                d_cluster = config.d_embed // self.div_val ** i
+                self.emb_layers.append(nn.Embedding(end - start, d_cluster))
+                self.emb_projs.append(nn.Parameter(torch.zeros(config.d_model, d_cluster)))
+
+    def forward(self, input_ids):
+        if self.div_val == 1:
+            embedded = self.emb_layers[0](input_ids)
+            if len(self.emb_projs):
+                embedded = F.linear(embedded, self.emb_projs[0])
+            return embedded * self.scale
+        flat_ids = input_ids.reshape(-1)
+        embedded = self.emb_projs[0].new_zeros(flat_ids.shape[0], self.d_model)
+        for (start, end), layer, projection in zip(self.bounds, self.emb_layers, self.emb_projs):
+            rows = ((flat_ids >= start) & (flat_ids < end)).nonzero().squeeze(1)
+            if rows.numel():
+                embedded = embedded.index_copy(0, rows, F.linear(layer(flat_ids[rows] - start), projection))
+        return embedded.view(*input_ids.shape, self.d_model) * self.scale
+
+
+class ProjectedAdaptiveLogSoftmax(nn.Module):
+    """Softmax over the vocabulary, adaptive over ``cutoffs`` (Grave et al., 2017) when there are any.
+
+    The head scores the first cluster's tokens plus one entry per tail cluster; a tail token's
+    log-probability is its cluster's head log-probability plus its log-probability in the cluster.
+    """
+
+    def __init__(self, config: TransfoXLConfig):
+        super().__init__()
+        cutoffs = config.cluster_cutoffs
+        self.vocab_size, self.div_val = config.vocab_size, config.div_val
+        self.bounds = cluster_bounds(cutoffs, config.vocab_size)
+        self.n_clusters = len(cutoffs)
+        if self.n_clusters:
+            self.cluster_weight = nn.Parameter(torch.zeros(self.n_clusters, config.d_embed))
+            self.cluster_bias = nn.Parameter(torch.zeros(self.n_clusters))
+        self.out_layers = nn.ModuleList()
+        self.out_projs = nn.ParameterList()
+        if self.div_val == 1:
+            if config.d_model != config.d_embed:
+                for _ in self.bounds:
+                    self.out_projs.append(nn.Parameter(torch.zeros(config.d_model, config.d_embed)))
+            self.out_layers.append(nn.Linear(config.d_embed, config.vocab_size))
+        else:
+            for i, (start, end) in enumerate(self.bounds):
+                d_cluster = config.d_embed // self.div_val ** i
+                self.out_projs.append(nn.Parameter(torch.zeros(config.d_model, d_cluster)))
+                self.out_layers.append(nn.Linear(d_cluster, end - start))
+
+    def _cluster_logits(self, hidden, cluster: int):
+        """Scores of cluster ``cluster``'s own tokens (plus the tail-cluster entries for the head)."""
+        if self.div_val == 1:
+            start, end = self.bounds[cluster]
+            weight, bias = self.out_layers[0].weight[start:end], self.out_layers[0].bias[start:end]
+        else:
+            weight, bias = self.out_layers[cluster].weight, self.out_layers[cluster].bias
+        if cluster == 0 and self.n_clusters:
+            weight, bias = torch.cat([weight, self.cluster_weight]), torch.cat([bias, self.cluster_bias])
+        if len(self.out_projs):
+            hidden = F.linear(hidden, self.out_projs[cluster].t())
+        return F.linear(hidden, weight, bias)
+
+    def log_probs(self, hidden):
+        """``[..., d_model]`` -> ``[..., vocab_size]`` log-probabilities (plain softmax: raw scores)."""
+        if not self.n_clusters:
+            return self._cluster_logits(hidden, 0)
+        head = self._cluster_logits(hidden, 0).log_softmax(-1)
+        head_size = self.bounds[0][1]
+        parts = [head[..., :head_size]]
+        for cluster in range(1, len(self.bounds)):
+            tail = self._cluster_logits(hidden, cluster).log_softmax(-1)
+            parts.append(head[..., head_size + cluster - 1, None] + tail)
+        return torch.cat(parts, dim=-1)
+
+    def nll(self, hidden, targets):
+        """``[n, d_model]``, ``[n]`` targets (-100 = ignore) -> ``[n]`` negative log-likelihoods (0 where ignored)."""
+        valid = targets != -100
+        if not self.n_clusters:
+            logits = self._cluster_logits(hidden, 0)
+            return F.cross_entropy(logits.float(), targets, ignore_index=-100, reduction="none")
+        head = self._cluster_logits(hidden, 0).float().log_softmax(-1)
+        head_size = self.bounds[0][1]
+        nll = hidden.new_zeros(targets.shape, dtype=torch.float32)
+        in_head = valid & (targets < head_size)
+        nll[in_head] = -head[in_head].gather(1, targets[in_head, None]).squeeze(1)
+        for cluster in range(1, len(self.bounds)):
+            start, end = self.bounds[cluster]
+            rows = (valid & (targets >= start) & (targets < end)).nonzero().squeeze(1)
+            if not rows.numel():
+                continue
+            tail = self._cluster_logits(hidden[rows], cluster).float().log_softmax(-1)
+            in_tail = tail.gather(1, (targets[rows] - start)[:, None]).squeeze(1)
+            nll[rows] = -(head[rows, head_size + cluster - 1] + in_tail)
+        return nll
+
+
+class TransfoXLPreTrainedModel(PreTrainedModel):
+    config: TransfoXLConfig
+    base_model_prefix = "transformer"
+    _supports_sdpa = True
+    _no_split_modules = ["RelPartialLearnableDecoderLayer"]
+    accepts_loss_kwargs = False  # the loss is a per-batch mean: the Trainer scales it for gradient accumulation
+    # transformers 4.x saved the sinusoids' frequencies; they are recomputed here
+    _keys_to_ignore_on_load_unexpected = [r"pos_emb\.inv_freq"]
+
+    def _weight_init(self, tensor, std=None):
+        if self.config.init == "uniform":
+            init.uniform_(tensor, -self.config.init_range, self.config.init_range)
+        else:
+            init.normal_(tensor, 0.0, self.config.init_std if std is None else std)
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        """The reference's ``weights_init``: N(0, init_std) (or U(+-init_range)), projections N(0, proj_init_std)."""
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            self._weight_init(module.weight)
+            if getattr(module, "bias", None) is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, nn.ParameterList):  # the only ParameterLists are emb_projs and out_projs
+            for projection in module:
+                init.normal_(projection, 0.0, self.config.proj_init_std)
+        elif isinstance(module, ProjectedAdaptiveLogSoftmax) and module.n_clusters:
+            self._weight_init(module.cluster_weight)
+            init.zeros_(module.cluster_bias)
+        elif isinstance(module, PositionalEmbedding):
+            dim = module.inv_freq.shape[0] * 2
+            init.copy_(module.inv_freq, 1 / (10000 ** (torch.arange(0.0, dim, 2.0) / dim)))
+        for name in ("r_w_bias", "r_r_bias"):
+            if isinstance(getattr(module, name, None), nn.Parameter):
+                self._weight_init(getattr(module, name))
+
+
+class TransfoXLModel(TransfoXLPreTrainedModel):
+    """Embeddings + ``n_layer`` relative-attention layers with segment memory. Batch-first."""
+
+    def __init__(self, config: TransfoXLConfig):
+        super().__init__(config)
+        self.word_emb = AdaptiveEmbedding(config)
+        self.pos_emb = PositionalEmbedding(config.d_model)
+        self.drop = nn.Dropout(config.dropout)
+        self.layers = nn.ModuleList(RelPartialLearnableDecoderLayer(config) for _ in range(config.n_layer))
+        if not config.untie_r:
+            self.r_w_bias = nn.Parameter(torch.zeros(config.n_head, config.d_head))
+            self.r_r_bias = nn.Parameter(torch.zeros(config.n_head, config.d_head))
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.word_emb
+
+    def set_input_embeddings(self, embeddings):
+        self.word_emb = embeddings
+
+    def legacy_zero_mems(self, batch_size: int) -> list[torch.Tensor]:
+        """``mem_len`` zero vectors per layer: what transformers 4.x used when no ``mems`` were given.
+
+        Pass them as ``mems`` to reproduce a 4.x model's first segment exactly; without ``mems``
+        this model starts from an empty memory, as the reference code does.
+        """
+        weight = self.word_emb.emb_layers[0].weight
+        return [weight.new_zeros(batch_size, self.config.mem_len, self.config.d_model)
+                for _ in range(self.config.n_layer)]
+
+    def _check_mems(self, mems, batch_size):
+        if len(mems) != self.config.n_layer:
+            raise ValueError(f"mems must hold one tensor per layer ({self.config.n_layer}), got {len(mems)}")
+        expected = (batch_size, mems[0].shape[1] if mems[0].dim() == 3 else -1, self.config.d_model)
+        for i, memory in enumerate(mems):
+            if memory.dim() != 3 or tuple(memory.shape) != expected:
+                raise ValueError(
+                    f"mems[{i}] has shape {tuple(memory.shape)}; expected [batch={batch_size}, memory length "
+                    f"(equal for every layer), d_model={self.config.d_model}]. Memories are batch-first and belong "
+                    f"to the batch that produced them: reset them (mems=None) when the batch changes")
+
+    def _updated_mems(self, layer_inputs, mems):
+        """The last ``mem_len`` inputs of each layer over ``[memory; segment]``, without gradient."""
+        mem_len = self.config.mem_len
+        if mem_len == 0:
+            return None
+        with torch.no_grad():
+            if mems is None:
+                return [h[:, -mem_len:].detach() for h in layer_inputs]
+            return [torch.cat([m, h], dim=1)[:, -mem_len:].detach() for m, h in zip(mems, layer_inputs)]
+
+    def forward(self, input_ids=None, mems=None, inputs_embeds=None, attention_mask=None, output_attentions=None,
+                output_hidden_states=None, return_dict=None, **kwargs) -> TransfoXLModelOutput:
+        """input_ids ``[batch, seq]`` (or inputs_embeds ``[batch, seq, d_model]``); mems from the previous
+        segment's output. ``attention_mask`` may only mark every token (Transformer-XL has no padding
+        mask: pad on the right, where causal attention never reaches)."""
+        output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
+        output_hidden_states = (output_hidden_states if output_hidden_states is not None
+                                else self.config.output_hidden_states)
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("give exactly one of input_ids and inputs_embeds")
+        if attention_mask is not None and not bool(attention_mask.bool().all()):
+            raise ValueError("transfo-xl has no padding mask: attention_mask must be all ones; pad on the right "
+                             "(causal attention never reaches the padding)")
+        hidden = self.word_emb(input_ids) if inputs_embeds is None else inputs_embeds
+        batch_size, qlen = hidden.shape[:2]
+        if mems is not None and len(mems) == 0:
+            mems = None
+        if mems is not None:
+            self._check_mems(mems, batch_size)
+            mems = [m.to(hidden.dtype) for m in mems]
+        mlen = 0 if mems is None else mems[0].shape[1]
+        klen = mlen + qlen
+        mask = causal_memory_mask(qlen, mlen, self.config.mem_len, self.config.same_length, hidden.device)
+        distances = torch.arange(klen - 1, -1, -1, device=hidden.device)
+        if self.config.clamp_len > 0:
+            distances = distances.clamp(max=self.config.clamp_len)
+        position_embeddings = self.drop(self.pos_emb(distances).to(hidden.dtype))
+        hidden = self.drop(hidden)
+        shared_biases = () if self.config.untie_r else (self.r_w_bias, self.r_r_bias)
+        layer_inputs, attentions = [], []
+        for i, layer in enumerate(self.layers):
+            layer_inputs.append(hidden)
+            hidden, probs = layer(hidden, position_embeddings, mask, None if mems is None else mems[i],
+                                  *shared_biases, output_attentions=output_attentions)
+            attentions.append(probs)
+        new_mems = self._updated_mems(layer_inputs, mems)
+        hidden = self.drop(hidden)
+        return TransfoXLModelOutput(
+            last_hidden_state=hidden, mems=new_mems,
+            hidden_states=tuple(layer_inputs) + (hidden,) if output_hidden_states else None,
+            attentions=tuple(attentions) if output_attentions else None)
+
+
+class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
+    """Transformer-XL language model: adaptive (or plain) softmax over the vocabulary."""
+
+    def __init__(self, config: TransfoXLConfig):
+        super().__init__(config)
+        self.transformer = TransfoXLModel(config)
+        self.crit = ProjectedAdaptiveLogSoftmax(config)
+        self._tied_weights_keys = self._tied_keys(config)
+        self.post_init()
+
+    @staticmethod
+    def _tied_keys(config) -> dict:
+        """{softmax parameter: embedding parameter}, as transformers 4.x tied them."""
+        tied = {}
+        embeddings = "transformer.word_emb"
+        if config.tie_word_embeddings:
+            for i in range(1 if config.div_val == 1 else len(config.cluster_cutoffs) + 1):
+                tied[f"crit.out_layers.{i}.weight"] = f"{embeddings}.emb_layers.{i}.weight"
+        has_projections = config.div_val != 1 or config.d_model != config.d_embed
+        if has_projections:
+            for i, tie in enumerate(config.tie_projs[:len(config.cluster_cutoffs) + 1]):
+                if tie:
+                    tied[f"crit.out_projs.{i}"] = f"{embeddings}.emb_projs.{0 if config.div_val == 1 else i}"
+        return tied
+
+    def get_output_embeddings(self):
+        return None  # the softmax is tied cluster by cluster (see _tied_keys), not as one matrix
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False  # the cache is the memory (``mems``)
+
+    def _update_model_kwargs_for_generation(self, outputs, model_kwargs, is_encoder_decoder=False,
+                                            num_new_tokens=1):
+        model_kwargs = super()._update_model_kwargs_for_generation(outputs, model_kwargs, is_encoder_decoder,
+                                                                   num_new_tokens)
+        if model_kwargs.get("use_cache", True):
+            model_kwargs["mems"] = outputs.mems
+        return model_kwargs
+
+    def prepare_inputs_for_generation(self, input_ids, next_sequence_length=None, mems=None, **kwargs):
+        """With memory, each step feeds only the new token (generate's ``use_cache``)."""
+        if mems is None and next_sequence_length is not None and input_ids.shape[1] > next_sequence_length:
+            next_sequence_length = None  # memory off (mem_len 0): recompute over the whole prefix
+        inputs = super().prepare_inputs_for_generation(input_ids, next_sequence_length=next_sequence_length,
+                                                       **kwargs)
+        inputs.pop("attention_mask", None)
+        inputs["mems"] = mems
+        return inputs
+
+    def forward(self, input_ids=None, mems=None, labels=None, shift_labels=None, inputs_embeds=None,
+                attention_mask=None, output_attentions=None, output_hidden_states=None, return_dict=None,
+                use_cache=None, **kwargs) -> TransfoXLLMHeadModelOutput:
+        """Args:
+            input_ids: ``[batch, seq]``; mems: the previous segment's ``mems`` (or None).
+            labels: ``[batch, seq]``, usually ``input_ids``; position ``t`` predicts ``labels[t + 1]``.
+            shift_labels: ``[batch, seq]`` targets already shifted (position ``t`` predicts
+                ``shift_labels[t]``), e.g. the next segment's first token at the last position.
+                -100 is ignored in both.
+        """
+        outputs = self.transformer(input_ids, mems=mems, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
+                                   output_attentions=output_attentions, output_hidden_states=output_hidden_states)
+        hidden = outputs.last_hidden_state
+        if labels is not None and shift_labels is not None:
+            raise ValueError("give labels or shift_labels, not both")
+        loss = losses = logits = None
+        if labels is not None or shift_labels is not None:
+            if shift_labels is None:
+                predicting, targets = hidden[:, :-1], labels[:, 1:]
+            else:
+                predicting, targets = hidden, shift_labels
+            if targets.shape != predicting.shape[:2]:
+                raise ValueError(f"labels must have the shape of input_ids {tuple(hidden.shape[:2])}, got "
+                                 f"{tuple(labels.shape if shift_labels is None else shift_labels.shape)}")
+            losses = self.crit.nll(predicting.reshape(-1, hidden.shape[-1]), targets.reshape(-1))
+            losses = losses.view(targets.shape)
+            counted = (targets != -100).sum()
+            loss = losses.sum() / counted.clamp(min=1)
+        if labels is None and shift_labels is None or not self.crit.n_clusters:
+            logits = self.crit.log_probs(hidden) if self.crit.n_clusters else self.crit._cluster_logits(hidden, 0)
+        return TransfoXLLMHeadModelOutput(loss=loss, losses=losses, logits=logits, mems=outputs.mems,
+                                          hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+
+
+class TransfoXLForSequenceClassification(TransfoXLPreTrainedModel):
+    """A linear classifier on the last non-padding token's hidden state (pad on the right)."""
+
+    def __init__(self, config: TransfoXLConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.transformer = TransfoXLModel(config)
+        self.score = nn.Linear(config.d_model, config.num_labels, bias=False)
+        self.post_init()
+
+    def forward(self, input_ids=None, mems=None, labels=None, inputs_embeds=None, attention_mask=None,
+                output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
+        """input_ids ``[batch, seq]`` right-padded with ``pad_token_id`` (or ``attention_mask`` 1 = token)."""
+        if attention_mask is not None:
+            lengths = attention_mask.sum(-1)
+            attention_mask = None  # right padding only: causal attention never reaches it
+        elif input_ids is not None and self.config.pad_token_id is not None:
+            lengths = (input_ids != self.config.pad_token_id).sum(-1)
+        else:
+            lengths = None
+        outputs = self.transformer(input_ids, mems=mems, inputs_embeds=inputs_embeds,
+                                   output_attentions=output_attentions, output_hidden_states=output_hidden_states)
+        hidden = outputs.last_hidden_state
+        last = hidden.shape[1] - 1 if lengths is None else (lengths - 1).clamp(min=0)
+        pooled = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+        logits = self.score(pooled)
+        loss = None
+        if labels is not None:
+            if self.num_labels == 1:
+                loss = F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype))
+            else:
+                loss = F.cross_entropy(logits, labels)
+        return TransfoXLSequenceClassifierOutput(loss=loss, logits=logits, mems=outputs.mems,
+                                                 hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+
+
+__all__ = ["TransfoXLModel", "TransfoXLLMHeadModel", "TransfoXLForSequenceClassification", "TransfoXLPreTrainedModel",
+           "TransfoXLModelOutput", "TransfoXLLMHeadModelOutput", "TransfoXLSequenceClassifierOutput"]

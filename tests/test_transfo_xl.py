@@ -1,0 +1,266 @@
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from huggingface_hub.errors import StrictDataclassError
+from safetensors.torch import load_file, save_file
+from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
+
+from hf_plm_ext import TransfoXLConfig, TransfoXLForSequenceClassification, TransfoXLLMHeadModel
+from hf_plm_ext.modeling.transfo_xl.modeling_transfo_xl import relative_attention_scores, sinusoid_embeddings
+
+from conftest import fresh_python
+
+LEGACY = Path(__file__).parent / "fixtures" / "transfo_xl_legacy"
+
+
+def tiny_config(**overrides):
+    fields = dict(vocab_size=50, adaptive=False, d_model=16, d_embed=16, n_head=2, d_head=8, d_inner=32, n_layer=2,
+                  mem_len=6, clamp_len=-1, same_length=False, dropout=0.0, eos_token_id=None,
+                  init_std=0.3, proj_init_std=0.3)  # large weights: differences show in the logits
+    fields.update(overrides)
+    return TransfoXLConfig(**fields)
+
+
+def tiny_model(seed=0, **overrides):
+    torch.manual_seed(seed)
+    model = TransfoXLLMHeadModel(tiny_config(**overrides)).eval()
+    with torch.no_grad():  # non-zero position biases, so a wrong relative term shows
+        for layer in model.transformer.layers:
+            layer.dec_attn.r_w_bias.normal_(0, 0.5)
+            layer.dec_attn.r_r_bias.normal_(0, 0.5)
+    return model
+
+
+@pytest.mark.parametrize("name", ["adaptive_div2", "adaptive_div1_preln"])
+def test_transformers_4_checkpoint_loads_with_the_same_outputs(name):
+    """Fixtures written by transformers 4.37.2 (make_fixture.py beside them)."""
+    folder = LEGACY / name
+    expected = load_file(folder / "expected.safetensors")
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    assert type(model) is TransfoXLLMHeadModel
+    with torch.no_grad():
+        first = model(expected["first"])
+        legacy_start = model(expected["first"], mems=model.transformer.legacy_zero_mems(2))
+        second = model(expected["second"], mems=first.mems)
+        second_losses = model(expected["second"], mems=first.mems, labels=expected["second"]).losses
+    torch.testing.assert_close(first.logits, expected["logprobs_first"], rtol=0, atol=1e-5)
+    torch.testing.assert_close(legacy_start.logits, expected["logprobs_first_zero_mems"], rtol=0, atol=1e-5)
+    torch.testing.assert_close(second.logits, expected["logprobs_second"], rtol=0, atol=1e-5)
+    # 4.x returned the adaptive softmax's losses grouped by cluster; ours are in token order
+    torch.testing.assert_close(second_losses.flatten().sort().values,
+                               expected["losses_second"].flatten().sort().values, rtol=0, atol=1e-5)
+    targets = expected["second"][:, 1:]
+    in_order = -second.logits[:, :-1].gather(-1, targets[..., None]).squeeze(-1)
+    torch.testing.assert_close(second_losses, in_order, rtol=0, atol=1e-5)
+
+
+def test_attention_scores_equal_an_explicit_gather_over_relative_distances():
+    torch.manual_seed(0)
+    batch, heads, qlen, mlen, d_head, clamp = 2, 3, 5, 4, 8, 6
+    klen = qlen + mlen
+    query, key = torch.randn(batch, heads, qlen, d_head), torch.randn(batch, heads, klen, d_head)
+    r_w_bias, r_r_bias = torch.randn(heads, d_head), torch.randn(heads, d_head)
+    inv_freq = 1 / (10000 ** (torch.arange(0.0, 12, 2.0) / 12))
+    r_net = torch.randn(12, heads * d_head)
+    embed = lambda d: (sinusoid_embeddings(d, inv_freq) @ r_net).view(-1, heads, d_head)  # noqa: E731
+
+    position_keys = embed(torch.arange(klen - 1, -1, -1).clamp(max=clamp))
+    scores = relative_attention_scores(query, key, position_keys, r_w_bias, r_r_bias)
+
+    expected = torch.full_like(scores, float("nan"))
+    for i in range(qlen):
+        for j in range(mlen + i + 1):  # the keys query i may see
+            distance = torch.tensor([min(mlen + i - j, clamp)])
+            r = embed(distance)[0]  # [heads, d_head]
+            content = ((query[:, :, i] + r_w_bias) * key[:, :, j]).sum(-1)
+            position = ((query[:, :, i] + r_r_bias) * r).sum(-1)
+            expected[:, :, i, j] = content + position
+    visible = ~expected.isnan()
+    assert visible.sum() == batch * heads * sum(mlen + i + 1 for i in range(qlen))
+    torch.testing.assert_close(scores[visible], expected[visible])
+
+
+@pytest.mark.parametrize("same_length", [False, True])
+def test_sdpa_and_explicit_attention_agree(same_length):
+    model = tiny_model(same_length=same_length, clamp_len=3)
+    ids = torch.randint(0, 50, (2, 7))
+    with torch.no_grad():
+        mems = model(ids).mems
+        sdpa = model(ids, mems=mems)
+        explicit = model(ids, mems=mems, output_attentions=True)
+    torch.testing.assert_close(sdpa.logits, explicit.logits, rtol=0, atol=1e-5)
+    probs = explicit.attentions[0]
+    assert probs.shape == (2, 2, 7, 13)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(2, 2, 7))
+    assert (probs[..., 6:].triu(diagonal=1) == 0).all()  # causal over the segment after the 6 memory slots
+    seen = (probs > 0).sum(-1)
+    if same_length:  # every query sees the same number of keys (the reference's mask: mem_len of them)
+        assert (seen == 6).all()
+    else:
+        assert torch.equal(seen[0, 0], torch.arange(7, 14))
+
+
+@pytest.mark.parametrize("pre_lnorm", [False, True])
+def test_memory_makes_a_segment_equal_to_one_longer_window(pre_lnorm):
+    """Segment 2 with segment 1 as memory = the last tokens of segment 1 + 2 in one window (mem_len covers it)."""
+    model = tiny_model(pre_lnorm=pre_lnorm, mem_len=8, n_layer=3)
+    ids = torch.randint(0, 50, (2, 13))
+    with torch.no_grad():
+        whole = model(ids)
+        first = model(ids[:, :8])
+        second = model(ids[:, 8:], mems=first.mems)
+        without_memory = model(ids[:, 8:])
+    torch.testing.assert_close(second.logits, whole.logits[:, 8:], rtol=0, atol=1e-5)
+    torch.testing.assert_close(first.logits, whole.logits[:, :8], rtol=0, atol=1e-5)
+    assert (without_memory.logits - whole.logits[:, 8:]).abs().max() > 1e-3  # the memory mattered
+
+
+def test_memories_are_detached_per_layer_inputs_and_capped_at_mem_len():
+    model = tiny_model(mem_len=4).train()  # dropout is 0
+    ids = torch.randint(0, 50, (3, 6))
+    outputs = model(ids, labels=ids, output_hidden_states=True)
+    assert len(outputs.mems) == model.config.n_layer
+    for memory, layer_input in zip(outputs.mems, outputs.hidden_states):
+        assert memory.shape == (3, 4, 16) and not memory.requires_grad
+        torch.testing.assert_close(memory, layer_input[:, -4:].detach())
+    # the embedding output (layer 0's input) is remembered
+    torch.testing.assert_close(outputs.mems[0], model.transformer.word_emb(ids[:, -4:]).detach())
+    outputs.loss.backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+    second = model(ids, mems=outputs.mems)
+    assert second.mems[0].shape == (3, 4, 16)
+    assert model(ids, mems=None).mems[0].shape == (3, 4, 16)
+    model.config.mem_len = 0
+    assert model(ids).mems is None
+
+
+def test_shift_labels_predict_every_position_and_labels_all_but_the_first():
+    model = tiny_model()
+    ids, following = torch.randint(0, 50, (2, 6)), torch.randint(0, 50, (2, 1))
+    with torch.no_grad():
+        logits = model(ids).logits.log_softmax(-1)
+        shifted_targets = torch.cat([ids[:, 1:], following], dim=1)
+        by_shift = model(ids, shift_labels=shifted_targets)
+        by_labels = model(ids, labels=ids)
+    expected = -logits.gather(-1, shifted_targets[..., None]).squeeze(-1)
+    torch.testing.assert_close(by_shift.losses, expected)
+    torch.testing.assert_close(by_labels.losses, expected[:, :-1])
+    torch.testing.assert_close(by_shift.loss, expected.mean())
+    ignored = shifted_targets.clone()
+    ignored[:, :3] = -100
+    partial = model(ids, shift_labels=ignored)
+    assert (partial.losses[:, :3] == 0).all()
+    torch.testing.assert_close(partial.loss, expected[:, 3:].mean())
+
+
+def test_adaptive_softmax_is_a_distribution_and_its_loss_matches_it():
+    torch.manual_seed(0)
+    model = TransfoXLLMHeadModel(tiny_config(adaptive=True, cutoffs=[10, 30], div_val=2)).eval()
+    ids = torch.randint(0, 50, (2, 9))
+    with torch.no_grad():
+        log_probs = model(ids).logits
+        losses = model(ids, labels=ids).losses
+    torch.testing.assert_close(log_probs.logsumexp(-1), torch.zeros(2, 9), rtol=0, atol=1e-5)
+    torch.testing.assert_close(losses, -log_probs[:, :-1].gather(-1, ids[:, 1:, None]).squeeze(-1))
+
+
+def test_mems_are_not_saved_and_auto_classes_load(tmp_path):
+    model = tiny_model()
+    ids = torch.randint(0, 50, (2, 5))
+    model.save_pretrained(tmp_path / "xl")
+    names = load_file(tmp_path / "xl" / "model.safetensors").keys()
+    assert not any("mem" in name for name in names)
+    assert "mems" not in (tmp_path / "xl" / "config.json").read_text()
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "xl").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(ids).logits, model(ids).logits, rtol=0, atol=0)
+    assert type(AutoModel.from_pretrained(tmp_path / "xl")).__name__ == "TransfoXLModel"
+    classifier = AutoModelForSequenceClassification.from_pretrained(tmp_path / "xl", num_labels=3)
+    assert isinstance(classifier, TransfoXLForSequenceClassification)
+
+
+def test_remote_code_round_trip(tmp_path):
+    model = tiny_model(adaptive=True, cutoffs=[10, 30], div_val=2, d_embed=32)
+    model.save_pretrained(tmp_path / "xl")
+    ids = torch.randint(0, 50, (2, 7))
+    with torch.no_grad():
+        first = model(ids)
+        expected = model(ids, mems=first.mems).logits
+    save_file({"ids": ids, "expected": expected}, tmp_path / "inputs.safetensors")
+    result = fresh_python(
+        "import sys, torch\n"
+        "from transformers import AutoModelForCausalLM\n"
+        "from safetensors.torch import load_file\n"
+        "model = AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True).eval()\n"
+        "assert type(model).__name__ == 'TransfoXLLMHeadModel', type(model)\n"
+        "data = load_file(sys.argv[2])\n"
+        "with torch.no_grad():\n"
+        "    out = model(data['ids'], mems=model(data['ids']).mems)\n"
+        "print((out.logits - data['expected']).abs().max().item())\n",
+        tmp_path / "xl", tmp_path / "inputs.safetensors")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert float(result.stdout.strip().splitlines()[-1]) == 0.0
+
+
+def test_generate_with_memory_equals_recomputing_the_prefix():
+    model = tiny_model(mem_len=64)
+    prompt = torch.randint(1, 50, (2, 5))
+    fed = []
+    hook = model.transformer.register_forward_pre_hook(lambda module, args: fed.append(args[0].shape[1]))
+    with_memory = model.generate(prompt, max_new_tokens=12, do_sample=False, use_cache=True)
+    hook.remove()
+    assert fed == [5] + [1] * 11  # the prompt once, then one token per step
+    recomputed = model.generate(prompt, max_new_tokens=12, do_sample=False, use_cache=False)
+    assert with_memory.shape == (2, 17)
+    assert torch.equal(with_memory, recomputed)
+    # the reference: greedy decoding by hand over the whole prefix
+    ids = prompt
+    with torch.no_grad():
+        for _ in range(12):
+            ids = torch.cat([ids, model(ids).logits[:, -1:].argmax(-1)], dim=1)
+    assert torch.equal(with_memory, ids)
+
+
+def test_sequence_classifier_reads_the_last_real_token():
+    torch.manual_seed(0)
+    model = TransfoXLForSequenceClassification(tiny_config(num_labels=3, pad_token_id=0)).eval()
+    short = torch.randint(1, 50, (1, 4))
+    padded = torch.cat([short, torch.zeros(1, 3, dtype=torch.long)], dim=1)
+    with torch.no_grad():
+        alone = model(short).logits
+        in_batch = model(padded, labels=torch.tensor([2]))
+        by_mask = model(padded, attention_mask=(padded != 0).long()).logits
+    torch.testing.assert_close(in_batch.logits, alone)
+    torch.testing.assert_close(by_mask, alone)
+    assert math.isclose(in_batch.loss.item(), -alone.log_softmax(-1)[0, 2].item(), rel_tol=1e-5)
+
+
+def test_bad_mems_are_refused_with_the_reason():
+    model = tiny_model()
+    ids = torch.randint(0, 50, (2, 5))
+    mems = model(ids).mems
+    with pytest.raises(ValueError, match="batch=3"):
+        model(torch.randint(0, 50, (3, 5)), mems=mems)
+    with pytest.raises(ValueError, match="one tensor per layer"):
+        model(ids, mems=mems[:1])
+    with pytest.raises(ValueError, match="d_model=16"):
+        model(ids, mems=[m[..., :8] for m in mems])
+    with pytest.raises(ValueError, match="no padding mask"):
+        model(ids, attention_mask=torch.tensor([[1, 1, 1, 0, 0], [1] * 5]))
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(d_model=0), "d_model must be positive"),
+    (dict(n_layer=-1), "n_layer must be positive"),
+    (dict(mem_len=-5), "mem_len must be >= 0"),
+    (dict(attn_type=2), "attn_type must be 0"),
+    (dict(adaptive=True, cutoffs=[30, 10]), "strictly increasing"),
+    (dict(adaptive=True, cutoffs=[10, 50]), "must be < vocab_size"),
+    (dict(sample_softmax=100), "sampled softmax is not implemented"),
+    (dict(dropout=1.5), "dropout must be in"),
+])
+def test_bad_config_fields_are_named(fields, message):
+    with pytest.raises((ValueError, StrictDataclassError), match=message):
+        tiny_config(**fields)
