@@ -4,14 +4,14 @@ import re
 import pytest
 from transformers import AutoTokenizer
 
-from hf_plm_ext.data.tokenizer_training import KINDS
+from hf_plm_ext.data.tokenizer_training import KINDS, LM_KINDS
 
 from conftest import run_cli
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", [kind for kind in KINDS if kind not in LM_KINDS])
 def test_cli_trains_each_kind_and_autotokenizer_reloads_it(kind, tmp_path, shared_data, capsys):
     out = tmp_path / kind
     code, stdout, stderr = run_cli(["tokenizer", "train", "--corpus", shared_data / "corpus/en/gutenberg/11-0.txt",
@@ -27,6 +27,26 @@ def test_cli_trains_each_kind_and_autotokenizer_reloads_it(kind, tmp_path, share
     assert set(encoded["token_type_ids"][first_sep + 1:]) == {1}
     assert tok.mask_token == "[MASK]" and tok.pad_token_id == 0
     assert json.loads((out / "tokenizer_training.json").read_text())["kind"] == kind
+
+
+@pytest.mark.parametrize("kind", LM_KINDS)
+def test_language_model_kinds_keep_text_as_is_and_end_lines_with_eos(kind, tmp_path, shared_data, capsys):
+    out = tmp_path / kind
+    code, _, stderr = run_cli(["tokenizer", "train", "--corpus", shared_data / "corpus/en/wikitext-2/wiki.valid.tokens",
+                               "--kind", kind, "--vocab-size", 50000, "--min-frequency", 1, "--no-lowercase",
+                               "--output", out], capsys)
+    assert code == 0, stderr
+    tok = AutoTokenizer.from_pretrained(out)
+    assert tok.unk_token == "<unk>" and tok.eos_token == "<eos>" and tok.convert_tokens_to_ids("<eos>") == 1
+    if kind == "words":
+        text = "The Homarus gammarus <unk> , 2011 ."
+        tokens = tok.convert_ids_to_tokens(tok(text)["input_ids"])  # no template: nothing added
+        assert tokens == text.split()  # case kept, WikiText's own <unk> is the unknown token
+        assert tok.convert_ids_to_tokens(tok("Homarus Zyzzyva")["input_ids"]) == ["Homarus", "<unk>"]
+    else:
+        text = "The Homarus gammarus , 2011 ."
+        ids = tok(text)["input_ids"]
+        assert len(ids) == len(text) and tok.decode(ids) == text
 
 
 def test_chinese_wordpiece_vocabulary_is_character_level(tmp_path, shared_data, capsys):

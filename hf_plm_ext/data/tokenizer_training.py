@@ -9,15 +9,23 @@ GLUE/CLUE runner. The result is a ``PreTrainedTokenizerFast`` that ``AutoTokeniz
 * ``wordlevel``: the same pipeline with whole words only.
 * ``bpe``: byte-level BPE (GPT-2/RoBERTa): no unknown tokens.
 * ``unigram``: SentencePiece-style unigram LM over ``▁``-marked words.
+
+Two kinds serve left-to-right language models (Transformer-XL) instead: no template, special
+tokens ``<unk>`` and ``<eos>`` (ids 0, 1; the LM appends ``<eos>`` to every line):
+
+* ``words``: whitespace-separated words, as the Transformer-XL reference reads WikiText;
+* ``chars``: every character a token (bits per character for enwik8/text8-style models).
 """
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
 from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.files import check_file
 
-KINDS = ("wordpiece", "bpe", "wordlevel", "unigram")
+KINDS = ("wordpiece", "bpe", "wordlevel", "unigram", "words", "chars")
+LM_KINDS = ("words", "chars")
+LM_SPECIAL_TOKENS = {"unk_token": "<unk>", "eos_token": "<eos>"}
 SPECIAL_TOKENS = {"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]",
                   "sep_token": "[SEP]", "mask_token": "[MASK]"}
 
@@ -57,6 +65,17 @@ def _pipeline(kind, vocab_size, min_frequency, lowercase):
         tok.pre_tokenizer = pre_tokenizers.Metaspace()
         tok.decoder = decoders.Metaspace()
         trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=specials, unk_token=unk)
+    elif kind in LM_KINDS:
+        tok = Tokenizer(models.WordLevel(unk_token=LM_SPECIAL_TOKENS["unk_token"]))
+        if lowercase:
+            tok.normalizer = normalizers.Lowercase()
+        if kind == "words":
+            tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        else:
+            tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+            tok.decoder = decoders.Fuse()
+        trainer = trainers.WordLevelTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                            special_tokens=list(LM_SPECIAL_TOKENS.values()))
     else:
         raise UserInputError(f"unknown tokenizer kind {kind!r}; choose one of {', '.join(KINDS)}")
     return tok, trainer
@@ -73,8 +92,12 @@ def train_tokenizer(corpus_files, kind="wordpiece", vocab_size=8000, min_frequen
                              f"got {vocab_size}")
     tok, trainer = _pipeline(kind, vocab_size, min_frequency, lowercase)
     tok.train(files, trainer)
-    if tok.get_vocab_size() <= len(SPECIAL_TOKENS):
+    specials = LM_SPECIAL_TOKENS if kind in LM_KINDS else SPECIAL_TOKENS
+    if tok.get_vocab_size() <= len(specials):
         raise UserInputError(f"the corpus ({', '.join(files)}) yielded no vocabulary: is it empty?")
+    if kind in LM_KINDS:
+        return PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=model_max_length,
+                                       model_input_names=["input_ids"], **specials)
     cls, sep = SPECIAL_TOKENS["cls_token"], SPECIAL_TOKENS["sep_token"]
     tok.post_processor = processors.TemplateProcessing(
         single=f"{cls} $A {sep}",

@@ -9,9 +9,13 @@ them; families add their objectives there (``--objective``).
   ``[MASK]`` whole-word N-gram masking with ``--masking mask``), correction-MLM + SOP heads.
 * ``electra``: token blocks; the ``electra-rtd`` model masks, samples and discriminates itself
   (``--size``), evaluation reports the discriminator's AUC.
+* ``transfo-xl``: the corpus as one token stream in ``per_device_train_batch_size`` parallel
+  streams of ``--tgt_len`` segments, read in order with the memory carried from batch to batch
+  (``--mem_len``); next-token loss, evaluation reports perplexity.
 """
 
 import json
+import math
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,17 +25,20 @@ from datasets import load_dataset
 from huggingface_hub.errors import StrictDataclassError
 from transformers import (
     AutoConfig,
+    AutoModelForCausalLM,
     AutoModelForMaskedLM,
     AutoModelForPreTraining,
     AutoTokenizer,
     DataCollatorForLanguageModeling,
     Trainer,
     TrainingArguments,
+    default_data_collator,
 )
 from transformers.trainer_utils import get_last_checkpoint
 
 from hf_plm_ext.data.correction_masking import DataCollatorForCorrectionMasking, jieba_spans
 from hf_plm_ext.data.replaced_token_detection import SpecialTokensMaskCollator, rtd_metrics
+from hf_plm_ext.data.segment_streams import StreamSegments, eos_id, tokenize_stream
 from hf_plm_ext.data.similar_words import load_similar_words
 from hf_plm_ext.data.sop import build_sop_pairs
 from hf_plm_ext.errors import UserInputError
@@ -39,6 +46,7 @@ from hf_plm_ext.files import check_file, staged_output
 from hf_plm_ext.registry import supported_model_types
 from hf_plm_ext.training.checks import check_sequence_length, check_tokenizer_fits, load_pretrained
 from hf_plm_ext.training.saving import save_final
+from hf_plm_ext.training.segment_memory import SegmentMemoryTrainer
 from hf_plm_ext.training.trainer import SubLossTrainer
 
 
@@ -68,21 +76,32 @@ class PretrainArguments:
                                                                    "the tokenizer's words"})
     short_seq_prob: float = field(default=0.1, metadata={"help": "macbert: share of shorter SOP targets"})
     size: str = field(default="small", metadata={"help": "electra: discriminator size, tiny (2 x 128), small "
-                                                          "(12 x 256) or base (12 x 768); generator 1/4 (base 1/3)"})
+                                                          "(12 x 256) or base (12 x 768); generator 1/4 (base 1/3). "
+                                                          "transfo-xl: tiny (2 x 128), small (4 x 256), base "
+                                                          "(16 x 410, the paper's WikiText-103 base)"})
+    validation_corpus: list[str] | None = field(default=None, metadata={
+        "help": "transfo-xl: held-out text files (default: the last --validation_fraction of the corpus)"})
+    tgt_len: int = field(default=128, metadata={"aliases": ["--tgt-len"],
+                                                "help": "transfo-xl: tokens per segment"})
+    mem_len: int = field(default=128, metadata={"aliases": ["--mem-len"],
+                                                "help": "transfo-xl: remembered tokens per layer (0: none)"})
+    cutoffs: str | None = field(default=None, metadata={
+        "help": "transfo-xl: adaptive input/softmax cluster boundaries, e.g. '20000,40000' (default: plain softmax)"})
 
 
 @dataclass(frozen=True)
 class Objective:
     head: type  # the Auto class whose model computes the loss
-    build_data: Callable  # (tokenizer, args, seed) -> DatasetDict with "train" and "test"
+    build_data: Callable  # (tokenizer, args, training_args) -> {"train": dataset, "test": dataset}
     make_collator: Callable  # (tokenizer, args, seed) -> collator
     fresh_config: Callable | None = None  # (tokenizer, args) -> config; default: --model_type's
     compute_metrics: Callable | None = None  # evaluation metrics from the model's outputs
     label_names: tuple | None = None  # the batch's label keys (empty: the model makes its labels itself)
+    trainer_class: type = SubLossTrainer  # SegmentMemoryTrainer: batches continue each other, in order
 
 
-def _mlm_data(tokenizer, args, seed):
-    return token_blocks(args.corpus, tokenizer, args.max_seq_length, seed, args.validation_fraction)
+def _mlm_data(tokenizer, args, training_args):
+    return token_blocks(args.corpus, tokenizer, args.max_seq_length, training_args.seed, args.validation_fraction)
 
 
 def _mlm_collator(tokenizer, args, seed):
@@ -97,7 +116,8 @@ def _segmenter(args):
     return jieba_spans
 
 
-def _macbert_data(tokenizer, args, seed):
+def _macbert_data(tokenizer, args, training_args):
+    seed = training_args.seed
     files = [str(check_file(f, "corpus file")) for f in args.corpus]
     documents = load_dataset("text", data_files={"train": files}, sample_by="paragraph")["train"]
     pairs = documents.map(build_sop_pairs, batched=True, with_indices=True, remove_columns=["text"],
@@ -141,11 +161,49 @@ def _electra_config(tokenizer, args):
     return config
 
 
+def _transfo_xl_data(tokenizer, args, training_args):
+    stream = tokenize_stream(args.corpus, tokenizer)
+    if args.validation_corpus:
+        held_out = tokenize_stream(args.validation_corpus, tokenizer)
+    else:
+        cut = len(stream) - max(2, int(len(stream) * args.validation_fraction))
+        stream, held_out = stream[:cut], stream[cut:]
+    world = training_args.world_size
+    return {"train": StreamSegments(stream, training_args.per_device_train_batch_size, args.tgt_len, world),
+            "test": StreamSegments(held_out, training_args.per_device_eval_batch_size, args.tgt_len, world)}
+
+
+def _stack_collator(tokenizer, args, seed):
+    return default_data_collator  # a batch's segments are equally long
+
+
+def _transfo_xl_config(tokenizer, args):
+    from hf_plm_ext.modeling.transfo_xl import TransfoXLConfig
+
+    sizes = {"tiny": dict(n_layer=2, d_model=128, n_head=2, d_head=64, d_inner=512),
+             "small": dict(n_layer=4, d_model=256, n_head=4, d_head=64, d_inner=1024),
+             "base": dict(n_layer=16, d_model=410, n_head=10, d_head=41, d_inner=2100)}
+    if args.size not in sizes:
+        raise UserInputError(f"unknown --size {args.size!r} for transfo-xl; choose one of {list(sizes)}")
+    try:
+        cutoffs = [int(c) for c in args.cutoffs.split(",")] if args.cutoffs else []
+        # ids can skip one: a corpus word equal to a special token (WikiText's literal <unk>) keeps its id
+        vocab_size = max(len(tokenizer), max(tokenizer.get_vocab().values()) + 1)
+        return TransfoXLConfig(vocab_size=vocab_size, **sizes[args.size], d_embed=sizes[args.size]["d_model"],
+                               cutoffs=cutoffs, adaptive=bool(cutoffs), div_val=1, mem_len=args.mem_len,
+                               clamp_len=-1, same_length=False, dropout=0.1, dropatt=0.0,
+                               eos_token_id=eos_id(tokenizer), pad_token_id=tokenizer.pad_token_id)
+    except ValueError as err:
+        raise UserInputError(f"transfo-xl model: {_last_line(err)}") from None
+
+
 OBJECTIVES = {
     "mlm": Objective(AutoModelForMaskedLM, _mlm_data, _mlm_collator),
     "macbert": Objective(AutoModelForPreTraining, _macbert_data, _macbert_collator),
     "electra": Objective(AutoModelForPreTraining, _mlm_data, _electra_collator, fresh_config=_electra_config,
                          compute_metrics=rtd_metrics, label_names=()),
+    "transfo-xl": Objective(AutoModelForCausalLM, _transfo_xl_data, _stack_collator, fresh_config=_transfo_xl_config,
+                            label_names=("shift_labels",), trainer_class=SegmentMemoryTrainer),
 }
 
 
@@ -238,14 +296,20 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:
     model = build_model(args, tokenizer, objective.head, objective.fresh_config)
     collator = objective.make_collator(tokenizer, args, training_args.seed)
     with training_args.main_process_first(desc="pre-training data"):
-        data = objective.build_data(tokenizer, args, training_args.seed)
+        data = objective.build_data(tokenizer, args, training_args)
     training_args.output_dir = str(checkpoints)
     training_args.remove_unused_columns = False  # the builders make exactly what the collators read
     if objective.label_names is not None:
         training_args.label_names = list(objective.label_names)
-    trainer = SubLossTrainer(model=model, args=training_args, train_dataset=data["train"],
-                             eval_dataset=data["test"], processing_class=tokenizer, data_collator=collator,
-                             compute_metrics=objective.compute_metrics)
+    if objective.compute_metrics is None:
+        training_args.prediction_loss_only = True  # nothing reads the logits: do not gather them
+    if objective.trainer_class is SegmentMemoryTrainer:
+        training_args.train_sampling_strategy = "sequential"  # the batches continue each other
+        if args.model is not None:
+            model.config.mem_len = args.mem_len
+    trainer = objective.trainer_class(model=model, args=training_args, train_dataset=data["train"],
+                                      eval_dataset=data["test"], processing_class=tokenizer, data_collator=collator,
+                                      compute_metrics=objective.compute_metrics)
     trainer.model_accepts_loss_kwargs = False  # heads return batch means
     with staged_output(args.output) as staging:
         initial = trainer.evaluate(metric_key_prefix="initial")
@@ -268,6 +332,8 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:
             "train_metrics": train_result.metrics,
             "train_sub_losses": trainer.sub_loss_history,
         }
+        if objective.trainer_class is SegmentMemoryTrainer:
+            results["final_eval_perplexity"] = math.exp(min(final["eval_loss"], 700))  # segment-weighted mean
         if trainer.is_world_process_zero():
             save_final(trainer, staging)
             (staging / "pretrain_results.json").write_text(json.dumps(results, indent=2) + "\n")

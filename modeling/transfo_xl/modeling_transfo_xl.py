@@ -93,7 +93,8 @@ def rel_shift(scores: torch.Tensor) -> torch.Tensor:
     """
     *batch, qlen, klen = scores.shape
     padded = F.pad(scores, (1, 0))  # one zero column in front of the keys
-    return padded.view(*batch, klen + 1, qlen)[..., 1:, :].reshape(*batch, qlen, klen)
+    # = padded.view(..., klen + 1, qlen)[..., 1:, :].view(..., qlen, klen), as a view of the padded copy
+    return padded.flatten(-2)[..., qlen:qlen + qlen * klen].unflatten(-1, (qlen, klen))
 
 
 def relative_attention_scores(query, key, position_keys, r_w_bias, r_r_bias):
@@ -176,16 +177,19 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
         keys_in = hidden if memory is None else torch.cat([memory, hidden], dim=1)
         if self.pre_lnorm:
             keys_in = self.layer_norm(keys_in)
-        query, key, value = (self._heads(t) for t in self.qkv_net(keys_in).chunk(3, dim=-1))
-        query = query[:, :, -qlen:]
+        # queries only for the segment: the memory is only keys and values (same weights as one qkv_net call)
+        query_weight, key_value_weight = self.qkv_net.weight.split([self.n_head * self.d_head,
+                                                                   2 * self.n_head * self.d_head])
+        query = self._heads(F.linear(keys_in[:, -qlen:], query_weight))
+        key, value = (self._heads(t) for t in F.linear(keys_in, key_value_weight).chunk(2, dim=-1))
         position_keys = self.r_net(position_embeddings).view(-1, self.n_head, self.d_head)
         if output_attentions:
             scores = relative_attention_scores(query, key, position_keys, r_w_bias, r_r_bias) * self.scale
             probs = self.dropatt(scores.float().masked_fill(mask, float("-inf")).softmax(-1).type_as(scores))
             context = probs @ value
         else:  # SDPA adds the position term as a float mask: (q + r_w_bias) . k * scale + BD * scale
-            position = torch.einsum("bhqd,khd->bhqk", query + r_r_bias[:, None], position_keys)
-            bias = (rel_shift(position) * self.scale).masked_fill(mask, float("-inf"))
+            position = torch.einsum("bhqd,khd->bhqk", (query + r_r_bias[:, None]) * self.scale, position_keys)
+            bias = rel_shift(position).masked_fill(mask, float("-inf"))
             context = F.scaled_dot_product_attention(query + r_w_bias[:, None], key, value, attn_mask=bias,
                                                      dropout_p=self.dropatt.p if self.training else 0.0,
                                                      scale=self.scale)
@@ -220,6 +224,7 @@ class AdaptiveEmbedding(nn.Module):
     def __init__(self, config: TransfoXLConfig):
         super().__init__()
         self.d_model, self.div_val = config.d_model, config.div_val
+        self.num_embeddings = config.vocab_size
         self.scale = config.d_model ** 0.5
         self.bounds = cluster_bounds(config.cluster_cutoffs, config.vocab_size)
         self.emb_layers = nn.ModuleList()
@@ -523,21 +528,26 @@ class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
         hidden = outputs.last_hidden_state
         if labels is not None and shift_labels is not None:
             raise ValueError("give labels or shift_labels, not both")
+        targets = shift_labels
+        if labels is not None:  # position t predicts labels[t + 1]; the last position predicts nothing
+            targets = F.pad(labels[:, 1:], (0, 1), value=-100)
+        if targets is not None and targets.shape != hidden.shape[:2]:
+            raise ValueError(f"labels and shift_labels must have the shape of input_ids {tuple(hidden.shape[:2])}, "
+                             f"got {tuple(targets.shape)}")
         loss = losses = logits = None
-        if labels is not None or shift_labels is not None:
-            if shift_labels is None:
-                predicting, targets = hidden[:, :-1], labels[:, 1:]
+        if targets is None or not self.crit.n_clusters:
+            logits = self.crit.log_probs(hidden)
+        if targets is not None:
+            flat_targets = targets.reshape(-1)
+            if logits is not None:  # plain softmax: the loss from the logits already computed
+                losses = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), flat_targets,
+                                         ignore_index=-100, reduction="none")
             else:
-                predicting, targets = hidden, shift_labels
-            if targets.shape != predicting.shape[:2]:
-                raise ValueError(f"labels must have the shape of input_ids {tuple(hidden.shape[:2])}, got "
-                                 f"{tuple(labels.shape if shift_labels is None else shift_labels.shape)}")
-            losses = self.crit.nll(predicting.reshape(-1, hidden.shape[-1]), targets.reshape(-1))
+                losses = self.crit.nll(hidden.reshape(-1, hidden.shape[-1]), flat_targets)
             losses = losses.view(targets.shape)
-            counted = (targets != -100).sum()
-            loss = losses.sum() / counted.clamp(min=1)
-        if labels is None and shift_labels is None or not self.crit.n_clusters:
-            logits = self.crit.log_probs(hidden) if self.crit.n_clusters else self.crit._cluster_logits(hidden, 0)
+            loss = losses.sum() / (targets != -100).sum().clamp(min=1)
+            if labels is not None:
+                losses = losses[:, :-1]
         return TransfoXLLMHeadModelOutput(loss=loss, losses=losses, logits=logits, mems=outputs.mems,
                                           hidden_states=outputs.hidden_states, attentions=outputs.attentions)
 

@@ -1,0 +1,49 @@
+"""``hf-plm-ext eval lm``: perplexity of a language model with segment memory."""
+
+import argparse
+import json
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from hf_plm_ext.eval.language_model import evaluate_language_model
+from hf_plm_ext.training.checks import check_tokenizer_fits, load_pretrained
+
+
+def add_to(commands):
+    evaluate = commands.add_parser("eval", help="evaluate a model")
+    kinds = evaluate.add_subparsers(dest="kind", required=True, metavar="KIND")
+    lm = kinds.add_parser("lm", help="perplexity (and bits per character) of a transfo-xl model on a text file, "
+                                     "every token counted once, memory carried across segments",
+                          allow_abbrev=False)
+    lm.add_argument("--model", required=True, metavar="DIR")
+    lm.add_argument("--tokenizer", metavar="DIR", help="default: the model's folder")
+    lm.add_argument("--corpus", nargs="+", required=True, metavar="FILE", help="UTF-8 text files")
+    lm.add_argument("--tgt-len", type=int, default=128, help="tokens per segment")
+    lm.add_argument("--mem-len", type=int, help="remembered tokens per layer (default: the model's)")
+    lm.add_argument("--clamp-len", type=int, help="clamp relative distances (default: the model's; <= 0: none)")
+    lm.add_argument("--same-length", action=argparse.BooleanOptionalAction, help="every query sees as many keys "
+                                                                  "(default: the model's)")
+    lm.add_argument("--batch-size", type=int, default=1, help="parallel streams (1: the text read once in order)")
+    lm.add_argument("--output", metavar="FILE", help="also write the results as JSON")
+    lm.set_defaults(handler=run_lm)
+
+
+def run_lm(args):
+    model = load_pretrained(AutoModelForCausalLM, args.model, "model")
+    tokenizer = load_pretrained(AutoTokenizer, args.tokenizer or args.model, "tokenizer")
+    check_tokenizer_fits(tokenizer, model, args.tokenizer or args.model)
+    if torch.cuda.is_available():
+        model.to("cuda")
+    results = evaluate_language_model(model, tokenizer, args.corpus, args.tgt_len, args.mem_len, args.clamp_len,
+                                      args.same_length, args.batch_size)
+    results["model"] = args.model
+    line = f"perplexity {results['perplexity']:.2f} over {results['tokens']} tokens"
+    if "bits_per_character" in results:
+        line += f", {results['bits_per_character']:.4f} bits per character"
+    print(f"{line} (tgt_len {results['tgt_len']}, mem_len {results['mem_len']}, clamp_len {results['clamp_len']}, "
+          f"same_length {results['same_length']})")
+    if args.output:
+        with open(args.output, "w") as out:
+            json.dump(results, out, indent=2)
+            out.write("\n")

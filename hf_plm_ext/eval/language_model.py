@@ -1,0 +1,65 @@
+"""Perplexity of a segment-memory language model over a text file, every token counted once.
+
+The reference's ``eval.py``: the corpus is one token stream in ``batch_size`` parallel streams
+read in ``tgt_len`` segments, each segment with the memory its stream left (``mem_len`` tokens
+per layer); ``clamp_len`` and ``same_length`` can differ from training (the paper evaluates
+WikiText-103 with tgt_len 64, mem_len 640, clamp_len 400, same_length). Perplexity is
+``exp`` of the mean next-token loss over all predicted tokens; for a character-level
+vocabulary the bits per character are that mean in bits.
+"""
+
+import math
+import time
+
+import torch
+
+from hf_plm_ext.data.segment_streams import StreamSegments, tokenize_stream
+from hf_plm_ext.errors import UserInputError
+
+
+def is_character_level(tokenizer) -> bool:
+    special = set(tokenizer.all_special_tokens)
+    return all(len(token) == 1 for token in tokenizer.get_vocab() if token not in special)
+
+
+@torch.no_grad()
+def stream_perplexity(model, token_ids, tgt_len, batch_size=1, device=None) -> dict:
+    """Mean next-token loss of ``model`` over ``token_ids`` read as ``batch_size`` streams with memory."""
+    device = device or next(model.parameters()).device
+    segments = StreamSegments(token_ids, batch_size, tgt_len)
+    model.eval()
+    total, count, mems = 0.0, 0, None
+    started = time.perf_counter()
+    for step in range(segments.n_segments):
+        batch = [segments[step * batch_size + row] for row in range(batch_size)]
+        input_ids = torch.stack([item["input_ids"] for item in batch]).to(device)
+        targets = torch.stack([item["shift_labels"] for item in batch]).to(device)
+        outputs = model(input_ids, mems=mems, shift_labels=targets)
+        mems = outputs.mems
+        total += outputs.losses.double().sum().item()
+        count += targets.numel()
+    loss = total / count
+    return {"loss": loss, "perplexity": math.exp(min(loss, 700)), "tokens": count,
+            "seconds": round(time.perf_counter() - started, 3)}
+
+
+def evaluate_language_model(model, tokenizer, corpus_files, tgt_len, mem_len=None, clamp_len=None,
+                            same_length=None, batch_size=1) -> dict:
+    """``stream_perplexity`` on text files, with the memory settings given (None: the model's own)."""
+    if tgt_len < 1 or batch_size < 1:
+        raise UserInputError(f"--tgt-len ({tgt_len}) and --batch-size ({batch_size}) must be positive")
+    if mem_len is not None and mem_len < 0:
+        raise UserInputError(f"--mem-len must be >= 0, got {mem_len}")
+    config = model.config
+    for name, value in (("mem_len", mem_len), ("clamp_len", clamp_len), ("same_length", same_length)):
+        if value is not None:
+            if not hasattr(config, name):
+                raise UserInputError(f"--{name.replace('_', '-')}: the {config.model_type} model has no {name}")
+            setattr(config, name, value)
+    results = stream_perplexity(model, tokenize_stream(corpus_files, tokenizer), tgt_len, batch_size)
+    results.update(tgt_len=tgt_len, mem_len=getattr(config, "mem_len", None),
+                   clamp_len=getattr(config, "clamp_len", None), same_length=getattr(config, "same_length", None),
+                   batch_size=batch_size, corpus=[str(f) for f in corpus_files])
+    if is_character_level(tokenizer):
+        results["bits_per_character"] = results["loss"] / math.log(2)
+    return results

@@ -1,0 +1,49 @@
+"""Carry a segment-memory model's ``mems`` from batch to batch through the stock ``Trainer``.
+
+transformers 5 removed the Trainer's ``past_index`` (Transformer-XL's memory support). Here the
+memory lives on the Trainer: each batch gets the previous batch's ``mems`` and leaves its own.
+Training and evaluation keep separate memories; evaluation starts empty every time (and leaves
+the training memory alone: the training streams go on where they were), training starts empty
+at every epoch. With gradient accumulation every micro-batch continues the one before, exactly
+as without it. The data must come in stream order (:class:`~hf_plm_ext.data.segment_streams.StreamSegments`
+with ``train_sampling_strategy="sequential"``). Memories are not checkpointed: a resumed run
+starts its streams with an empty memory.
+"""
+
+from transformers import TrainerCallback
+
+from hf_plm_ext.training.trainer import SubLossTrainer
+
+
+class ForgetAtEpochStart(TrainerCallback):
+    def __init__(self, memory: dict):
+        self.memory = memory
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.memory["train"] = None
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        self.memory["train"] = None
+
+
+class SegmentMemoryTrainer(SubLossTrainer):
+    """A ``Trainer`` for models whose forward takes ``mems`` and returns the next ``mems``."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.memory = {"train": None, "eval": None}
+        self.add_callback(ForgetAtEpochStart(self.memory))
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        slot = "train" if model.training else "eval"
+        loss, outputs = super().compute_loss(model, {**inputs, "mems": self.memory[slot]}, return_outputs=True,
+                                             num_items_in_batch=num_items_in_batch)
+        self.memory[slot] = outputs["mems"]
+        return (loss, outputs) if return_outputs else loss
+
+    def evaluate(self, *args, **kwargs):
+        self.memory["eval"] = None
+        try:
+            return super().evaluate(*args, **kwargs)
+        finally:
+            self.memory["eval"] = None
