@@ -41,7 +41,7 @@ def tokenize_stream(files, tokenizer, batch_lines=10_000) -> torch.Tensor:
         except UnicodeDecodeError as err:
             raise UserInputError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
         for start in range(0, len(lines), batch_lines):
-            encoded = tokenizer(lines[start:start + batch_lines], add_special_tokens=False)["input_ids"]
+            encoded = tokenizer(lines[start:start + batch_lines], add_special_tokens=False, verbose=False)["input_ids"]
             for line in encoded:
                 ids.extend(line)
                 ids.append(end)
