@@ -25,3 +25,15 @@ def test_demo_with_electra_fine_tunes_the_exported_discriminator(tmp_path, capsy
     assert json.loads((out / "sst2" / "config.json").read_text())["architectures"] == \
         ["ElectraForSequenceClassification"]
     assert "| reload | stock transformers, max logit diff" in (out / "demo_results.md").read_text()
+
+
+def test_demo_with_transfo_xl_measures_perplexity_with_memory_and_reloads(tmp_path, capsys):
+    out = tmp_path / "demo"
+    code, stdout, stderr = run_cli(["demo", "--objective", "transfo-xl", "--output", out, "--pretrain-steps", 10],
+                                   capsys)
+    assert code == 0, stderr[-3000:]
+    for mem_len in (0, 64, 256):
+        assert f"mem_len {mem_len:>3}: perplexity" in stdout
+    assert "TransfoXLLMHeadModel; max |logit difference| after 3 segments with memory: 0.00e+00" in stdout
+    assert (out / "pretrained" / "modeling_transfo_xl.py").is_file()
+    assert "| reload | remote code, max logit diff" in (out / "demo_results.md").read_text()

@@ -75,3 +75,23 @@ def test_electra_pretraining_on_two_processes(tmp_path, english_tokenizer_dir, s
     assert results["world_size"] == 2 and results["objective"] == "electra"
     assert 0.0 <= results["final_eval_metrics"]["eval_discriminator_auc"] <= 1.0
     assert type(AutoModelForPreTraining.from_pretrained(out)).__name__ == "ElectraForRTDPreTraining"
+
+
+def test_transfo_xl_pretraining_on_two_processes_with_gradient_accumulation(tmp_path, shared_data):
+    from hf_plm_ext.data.tokenizer_training import train_tokenizer
+
+    corpus = shared_data / "corpus/en/wikitext-2/wiki.valid.tokens"
+    train_tokenizer([corpus], "words", vocab_size=3000, lowercase=False).save_pretrained(tmp_path / "tok")
+    out = tmp_path / "xl"
+    proc = _launch("torchrun", ["pretrain", "transfo-xl", "--corpus", corpus, "--tokenizer", tmp_path / "tok",
+                                "--size", "tiny", "--tgt-len", 32, "--mem-len", 32, "--gradient_accumulation_steps", 2,
+                                "--output", out], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = json.loads((out / "pretrain_results.json").read_text())
+    assert results["world_size"] == 2 and results["objective"] == "transfo-xl"
+    # 2 ranks x 4 streams each: the training set is whole batches for every rank
+    assert results["train_examples"] % 8 == 0
+    assert results["final_eval_loss"] < results["initial_eval_loss"]
+    from transformers import AutoModelForCausalLM
+
+    assert type(AutoModelForCausalLM.from_pretrained(out)).__name__ == "TransfoXLLMHeadModel"

@@ -158,6 +158,12 @@ def test_pretrain_then_evaluate_from_the_command_line(tmp_path, shared_data, cap
     assert math.isclose(results["final_eval_perplexity"], math.exp(results["final_eval_loss"]))
     model = AutoModelForCausalLM.from_pretrained(out)
     assert model.config.mem_len == 32 and model.config.eos_token_id == 1
+    from hf_plm_ext.hub.cards import render_card
+
+    card = render_card(out, repo_id="someone/xl-wt2", language="en")
+    assert card.data.pipeline_tag == "text-generation" and "transfo-xl" in card.data.tags
+    assert f"| held-out perplexity | {round(results['final_eval_perplexity'], 2)} |" in card.text
+    assert "| tgt_len | 32 |" in card.text and "mlm_probability" not in card.text
 
     code, stdout, err = run_cli(["eval", "lm", "--model", out, "--corpus", held_out, "--tgt-len", 32, "--mem-len", 64, "--batch-size", 4,
                                  "--output", tmp_path / "ppl.json"], capsys)

@@ -91,6 +91,9 @@ def test_sdpa_and_explicit_attention_agree(same_length):
         sdpa = model(ids, mems=mems)
         explicit = model(ids, mems=mems, output_attentions=True)
     torch.testing.assert_close(sdpa.logits, explicit.logits, rtol=0, atol=1e-5)
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids, mems=mems).logits, explicit.logits, rtol=0, atol=0)
     probs = explicit.attentions[0]
     assert probs.shape == (2, 2, 7, 13)
     torch.testing.assert_close(probs.sum(-1), torch.ones(2, 2, 7))
@@ -221,6 +224,8 @@ def test_generate_with_memory_equals_recomputing_the_prefix():
         for _ in range(12):
             ids = torch.cat([ids, model(ids).logits[:, -1:].argmax(-1)], dim=1)
     assert torch.equal(with_memory, ids)
+    with pytest.raises(ValueError, match="no padding mask"):  # left padding would be silently wrong
+        model.generate(prompt, attention_mask=torch.tensor([[0, 1, 1, 1, 1], [1] * 5]), max_new_tokens=2)
 
 
 def test_sequence_classifier_reads_the_last_real_token():

@@ -2,6 +2,10 @@
 
 train a tokenizer -> pre-train a tiny encoder -> fine-tune and evaluate on SST-2 (sample) ->
 save with its code -> reload with ``AutoModel`` in a fresh process that cannot import hf_plm_ext.
+
+``--objective transfo-xl``: word tokenizer -> pre-train a tiny Transformer-XL language model ->
+held-out perplexity without and with memory -> generate with the memory as cache -> reload
+with ``AutoModelForCausalLM`` in a fresh process.
 """
 
 import json
@@ -13,10 +17,11 @@ from importlib.resources import files
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForSequenceClassification, AutoTokenizer, TrainingArguments
+from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, TrainingArguments
 
 from hf_plm_ext.data.tokenizer_training import train_tokenizer
 from hf_plm_ext.errors import UserInputError
+from hf_plm_ext.eval.language_model import evaluate_language_model
 from hf_plm_ext.eval.runner import FinetuneArguments, finetune
 from hf_plm_ext.files import check_new_output
 from hf_plm_ext.hub.export import export_electra
@@ -36,6 +41,22 @@ batch = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)(sentenc
 with torch.no_grad():
     logits = model(**batch).logits
 print("RESULT " + json.dumps({"class": f"{type(model).__module__}.{type(model).__name__}", "logits": logits.tolist()}))
+"""
+
+LM_RELOAD_SCRIPT = r"""
+import json, sys
+sys.modules["hf_plm_ext"] = None  # a stranger's machine: the package is not importable
+import torch
+from transformers import AutoModelForCausalLM
+model_dir, segments = sys.argv[1], json.loads(sys.argv[2])
+model = AutoModelForCausalLM.from_pretrained(model_dir, trust_remote_code=True).eval()
+mems = None
+with torch.no_grad():
+    for segment in segments:
+        outputs = model(torch.tensor([segment]), mems=mems)
+        mems = outputs.mems
+print("RESULT " + json.dumps({"class": f"{type(model).__module__}.{type(model).__name__}",
+                              "logits": outputs.logits[0, -1].tolist()}))
 """
 
 
@@ -72,9 +93,9 @@ def _step(number, title):
     return time.perf_counter()
 
 
-def reload_in_fresh_process(model_dir, sentences):
+def reload_in_fresh_process(model_dir, inputs, script=RELOAD_SCRIPT):
     """Load ``model_dir`` with ``trust_remote_code=True`` where ``import hf_plm_ext`` fails; return logits."""
-    completed = subprocess.run([sys.executable, "-c", RELOAD_SCRIPT, str(model_dir), json.dumps(sentences)],
+    completed = subprocess.run([sys.executable, "-c", script, str(model_dir), json.dumps(inputs)],
                                capture_output=True, text=True, check=False)
     if completed.returncode != 0:
         raise RuntimeError(f"reloading {model_dir} in a fresh process failed:\n{completed.stderr[-3000:]}")
@@ -85,6 +106,8 @@ def reload_in_fresh_process(model_dir, sentences):
 def run(args):
     out = check_new_output(args.output or Path("runs") / f"demo-{datetime.now():%Y%m%d-%H%M%S}")
     out.mkdir(parents=True)
+    if args.objective == "transfo-xl":
+        return run_transfo_xl(args, out)
     books = [str(DEMO_DATA / name) for name in ("alice.txt", "frankenstein.txt")]
     sst2 = DEMO_DATA / "sst2"
     # The SST-2 training sentences are unlabelled text for the tokenizer and pre-training too.
@@ -157,9 +180,72 @@ def run(args):
         ("reload", f"{'remote code' if auto_map else 'stock transformers'}, max logit diff {max_diff:.1e}",
          timings["reload"]),
     ]
+    _write_report(out, table)
+    if max_diff > 1e-4:
+        raise RuntimeError(f"the reloaded model disagrees with the saved one (max diff {max_diff})")
+
+
+def _write_report(out, table):
     report = "| step | result | seconds |\n|---|---|---:|\n" + "".join(
         f"| {step} | {result} | {seconds:.1f} |\n" for step, result, seconds in table)
     (out / "demo_results.md").write_text(report)
     print("\n" + report + f"\nEverything is in {out}")
+
+
+def run_transfo_xl(args, out):
+    """The language-model pipeline: Alice for training, the last 10 % of Frankenstein held out."""
+    frankenstein = (DEMO_DATA / "frankenstein.txt").read_text(encoding="utf-8").splitlines(keepends=True)
+    cut = int(len(frankenstein) * 0.9)
+    (out / "train.txt").write_text("".join(frankenstein[:cut]), encoding="utf-8")
+    (out / "held_out.txt").write_text("".join(frankenstein[cut:]), encoding="utf-8")
+    corpus = [str(DEMO_DATA / "alice.txt"), str(out / "train.txt")]
+    timings, table = {}, []
+
+    started = _step(1, "train a word-level tokenizer (whitespace words, <unk>, <eos>)")
+    tokenizer = train_tokenizer(corpus, "words", vocab_size=6000, min_frequency=2, lowercase=True)
+    tokenizer.save_pretrained(str(out / "tokenizer"))
+    table.append(("tokenizer", f"words, {len(tokenizer)} tokens", time.perf_counter() - started))
+
+    started = _step(2, "pre-train a tiny Transformer-XL (2 x 128) on segments of 64 tokens with 64 remembered")
+    pretrain_args = PretrainArguments(corpus=corpus, tokenizer=str(out / "tokenizer"), output=str(out / "pretrained"),
+                                      objective="transfo-xl", size="tiny", tgt_len=64, mem_len=64,
+                                      validation_corpus=[str(out / "held_out.txt")])
+    pretrained = pretrain(pretrain_args, _training_args(
+        args.seed, max_steps=args.pretrain_steps, per_device_train_batch_size=16, per_device_eval_batch_size=16,
+        learning_rate=1e-3, warmup_steps=max(1, args.pretrain_steps // 10), max_grad_norm=0.25))
+    table.append(("pre-train", f"{args.pretrain_steps} steps, {pretrained['num_parameters']:,} parameters, held-out "
+                               f"loss {pretrained['initial_eval_loss']:.2f} -> {pretrained['final_eval_loss']:.2f}",
+                  time.perf_counter() - started))
+
+    started = _step(3, "held-out perplexity, every token once, without and with memory")
+    model = AutoModelForCausalLM.from_pretrained(str(out / "pretrained")).eval()
+    perplexities = {}
+    for mem_len in (0, 64, 256):
+        measured = evaluate_language_model(model, tokenizer, [str(out / "held_out.txt")], tgt_len=64, mem_len=mem_len)
+        perplexities[mem_len] = measured["perplexity"]
+        print(f"mem_len {mem_len:>3}: perplexity {measured['perplexity']:.2f} over {measured['tokens']} tokens")
+    table.append(("perplexity", ", ".join(f"mem {m}: {p:.1f}" for m, p in perplexities.items()),
+                  time.perf_counter() - started))
+
+    started = _step(4, "generate with the memory as the cache")
+    prompt = tokenizer("alice was beginning to", return_tensors="pt")["input_ids"]
+    torch.manual_seed(args.seed)
+    generated = model.generate(prompt, max_new_tokens=30, do_sample=True, top_k=20)
+    print(tokenizer.decode(generated[0]))
+    table.append(("generate", "30 sampled words after 'alice was beginning to'", time.perf_counter() - started))
+
+    started = _step(5, "reload with AutoModelForCausalLM in a process without hf_plm_ext")
+    ids = tokenizer((out / "held_out.txt").read_text(encoding="utf-8")[:2000])["input_ids"]
+    segments = [ids[i:i + 64] for i in range(0, 192, 64)]
+    reloaded = reload_in_fresh_process(out / "pretrained", segments, LM_RELOAD_SCRIPT)
+    mems = None
+    with torch.no_grad():
+        for segment in segments:
+            outputs = model(torch.tensor([segment]), mems=mems)
+            mems = outputs.mems
+    max_diff = (outputs.logits[0, -1] - torch.tensor(reloaded["logits"])).abs().max().item()
+    print(f"loaded as {reloaded['class']}; max |logit difference| after 3 segments with memory: {max_diff:.2e}")
+    table.append(("reload", f"remote code, max logit diff {max_diff:.1e}", time.perf_counter() - started))
+    _write_report(out, table)
     if max_diff > 1e-4:
         raise RuntimeError(f"the reloaded model disagrees with the saved one (max diff {max_diff})")

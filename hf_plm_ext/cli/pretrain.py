@@ -21,5 +21,7 @@ def run(args):
     check_new_output(pretrain_args.output)
     results = pretrain(pretrain_args, training_args)
     if training_args.process_index == 0:
-        print(f"eval loss {results['initial_eval_loss']:.3f} -> {results['final_eval_loss']:.3f}; "
+        perplexity = (f" (perplexity {results['final_eval_perplexity']:.2f})"
+                      if "final_eval_perplexity" in results else "")
+        print(f"eval loss {results['initial_eval_loss']:.3f} -> {results['final_eval_loss']:.3f}{perplexity}; "
               f"saved to {pretrain_args.output}")

@@ -51,15 +51,22 @@ def evaluate_language_model(model, tokenizer, corpus_files, tgt_len, mem_len=Non
     if mem_len is not None and mem_len < 0:
         raise UserInputError(f"--mem-len must be >= 0, got {mem_len}")
     config = model.config
-    for name, value in (("mem_len", mem_len), ("clamp_len", clamp_len), ("same_length", same_length)):
-        if value is not None:
-            if not hasattr(config, name):
-                raise UserInputError(f"--{name.replace('_', '-')}: the {config.model_type} model has no {name}")
-            setattr(config, name, value)
-    results = stream_perplexity(model, tokenize_stream(corpus_files, tokenizer), tgt_len, batch_size)
-    results.update(tgt_len=tgt_len, mem_len=getattr(config, "mem_len", None),
-                   clamp_len=getattr(config, "clamp_len", None), same_length=getattr(config, "same_length", None),
-                   batch_size=batch_size, corpus=[str(f) for f in corpus_files])
+    settings = {"mem_len": mem_len, "clamp_len": clamp_len, "same_length": same_length}
+    for name, value in settings.items():
+        if value is not None and not hasattr(config, name):
+            raise UserInputError(f"--{name.replace('_', '-')}: the {config.model_type} model has no {name}")
+    saved = {name: getattr(config, name, None) for name in settings}
+    try:  # the model reads these at every forward; the caller's model keeps its own afterwards
+        for name, value in settings.items():
+            if value is not None:
+                setattr(config, name, value)
+        results = stream_perplexity(model, tokenize_stream(corpus_files, tokenizer), tgt_len, batch_size)
+        results.update({name: getattr(config, name, None) for name in settings})
+    finally:
+        for name, value in saved.items():
+            if value is not None:
+                setattr(config, name, value)
+    results.update(tgt_len=tgt_len, batch_size=batch_size, corpus=[str(f) for f in corpus_files])
     if is_character_level(tokenizer):
         results["bits_per_character"] = results["loss"] / math.log(2)
     return results

@@ -21,13 +21,17 @@ HEADS = {
     "ForQuestionAnswering": ("AutoModelForQuestionAnswering", "question-answering"),
     "ForPreTraining": ("AutoModelForPreTraining", "feature-extraction"),
     "ForMaskedLM": ("AutoModelForMaskedLM", "feature-extraction"),
+    "LMHeadModel": ("AutoModelForCausalLM", "text-generation"),
     "Model": ("AutoModel", "feature-extraction"),
 }
 TRAINING_FIELDS = ("learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "max_steps",
                    "num_train_epochs", "warmup_steps", "weight_decay", "seed")
-PRETRAINING_FIELDS = ("objective", "mlm_probability", "max_seq_length", "corpus", "train_examples", "world_size",
-                      "initial_eval_loss", "final_eval_loss")
-OBJECTIVE_FIELDS = {"macbert": ("masking", "similar_words", "segmenter", "short_seq_prob"), "electra": ("size",)}
+PRETRAINING_FIELDS = ("objective", "corpus", "train_examples", "world_size", "initial_eval_loss", "final_eval_loss")
+MASKED_LM_FIELDS = ("mlm_probability", "max_seq_length")
+OBJECTIVE_FIELDS = {"mlm": MASKED_LM_FIELDS,
+                    "macbert": MASKED_LM_FIELDS + ("masking", "similar_words", "segmenter", "short_seq_prob"),
+                    "electra": MASKED_LM_FIELDS + ("size",),
+                    "transfo-xl": ("size", "tgt_len", "mem_len", "cutoffs", "validation_corpus")}
 
 
 def _read_json(path: Path):
@@ -74,6 +78,8 @@ def render_card(checkpoint, repo_id=None, language=None, license=None, base_mode
         auc = merged.get("final_eval_metrics", {}).get("eval_discriminator_auc")
         if auc is not None:
             pretraining["held-out discriminator AUC"] = round(auc, 4)
+        if merged.get("final_eval_perplexity") is not None:
+            pretraining["held-out perplexity"] = round(merged["final_eval_perplexity"], 2)
     training = {k: _show(training_args[k]) for k in TRAINING_FIELDS if training_args.get(k) not in (None, -1)}
     objective = (pretrained or {}).get("objective")
     name = repo_id.split("/")[-1] if repo_id else checkpoint.name

@@ -151,6 +151,7 @@ class PositionwiseFF(nn.Module):
 class RelPartialLearnableMultiHeadAttn(nn.Module):
     def __init__(self, config: TransfoXLConfig):
         super().__init__()
+        self.config = config
         self.n_head, self.d_head, self.pre_lnorm = config.n_head, config.d_head, config.pre_lnorm
         self.scale = 1 / math.sqrt(config.d_head)
         inner = config.n_head * config.d_head
@@ -183,7 +184,7 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
         query = self._heads(F.linear(keys_in[:, -qlen:], query_weight))
         key, value = (self._heads(t) for t in F.linear(keys_in, key_value_weight).chunk(2, dim=-1))
         position_keys = self.r_net(position_embeddings).view(-1, self.n_head, self.d_head)
-        if output_attentions:
+        if output_attentions or self.config._attn_implementation == "eager":
             scores = relative_attention_scores(query, key, position_keys, r_w_bias, r_r_bias) * self.scale
             probs = self.dropatt(scores.float().masked_fill(mask, float("-inf")).softmax(-1).type_as(scores))
             context = probs @ value
@@ -509,8 +510,7 @@ class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
             next_sequence_length = None  # memory off (mem_len 0): recompute over the whole prefix
         inputs = super().prepare_inputs_for_generation(input_ids, next_sequence_length=next_sequence_length,
                                                        **kwargs)
-        inputs.pop("attention_mask", None)
-        inputs["mems"] = mems
+        inputs["mems"] = mems  # a padding attention_mask is refused in forward
         return inputs
 
     def forward(self, input_ids=None, mems=None, labels=None, shift_labels=None, inputs_embeds=None,

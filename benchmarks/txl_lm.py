@@ -1,0 +1,224 @@
+"""Transformer-XL language-model throughput: hf-plm-ext vs the last transformers TransfoXL, x-transformers'
+XL-memory decoder and an equal-size GPT-2 without memory; generation with memory vs recomputing.
+
+Workload (../shared/notes/peers.md, "txl_lm"): 4 layers, d_model 256, 4 heads x 64, FFN 1024,
+vocabulary 8,000, plain softmax, segments of 128 tokens, memory 128, batch 8, dropout 0.1.
+Training = consecutive segments with the detached memory carried, forward + backward + AdamW;
+evaluation = the same segments under ``no_grad``. GPT-2 sees each 128-token segment alone.
+
+* ``ours``: ``hf_plm_ext.TransfoXLLMHeadModel``.
+* ``legacy``: transformers 4.37.2 ``TransfoXLLMHeadModel`` (``cutoffs=[]``: a plain tied softmax), run
+  with ``--legacy-python`` (a virtual environment with transformers==4.37.2; recipe in peers.md).
+* ``x_transformers``: ``TransformerWrapper(max_mem_len=128)`` + ``Decoder(rel_pos_bias=True)``
+  (``pip install x-transformers``, torch pinned).
+* ``gpt2``: transformers 5 ``GPT2LMHeadModel`` (n_positions 128), no memory.
+
+Each (implementation, round) runs in a fresh process; rounds alternate the implementations and
+the medians are reported. Peak memory: the rise of VmHWM over the two warm-up training
+segments (glibc set to return freed memory at once, as in peers.md).
+
+Generation (ours only): greedy decoding of 512 tokens after a 16-token prompt, batch 1,
+``mem_len`` 640 (covers the whole text, so both ways give the same tokens), ``use_cache=True``
+(one new token per step, the memory is the cache) vs ``use_cache=False`` (the whole prefix every step).
+
+    .venv/bin/python benchmarks/txl_lm.py --legacy-python /tmp/v4/bin/python [--rounds 3] [--segments 6]
+
+Writes benchmarks/results/txl_lm.json and .md.
+"""
+
+import argparse
+import ctypes
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+VOCAB, LAYERS, D_MODEL, HEADS, D_INNER, TGT_LEN, MEM_LEN, BATCH, DROPOUT = 8000, 4, 256, 4, 1024, 128, 128, 8, 0.1
+WARMUP = 2
+
+
+def vm_kib(field):
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+def glibc_returns_memory(immediately: bool):
+    libc = ctypes.CDLL("libc.so.6")
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    libc.mallopt(M_MMAP_THRESHOLD, 64 * 1024 if immediately else 32 * 1024 * 1024)
+    libc.mallopt(M_TRIM_THRESHOLD, 128 * 1024 if immediately else 64 * 1024 * 1024)
+
+
+def build(impl):
+    """(model, step) where step(segment, mems) -> (loss, new mems)."""
+    import torch
+
+    if impl in ("ours", "legacy"):
+        fields = dict(vocab_size=VOCAB, cutoffs=[], div_val=1, d_model=D_MODEL, d_embed=D_MODEL, n_head=HEADS,
+                      d_head=D_MODEL // HEADS, d_inner=D_INNER, n_layer=LAYERS, mem_len=MEM_LEN, clamp_len=-1,
+                      same_length=False, dropout=DROPOUT, dropatt=0.0)
+        if impl == "ours":
+            from hf_plm_ext import TransfoXLConfig, TransfoXLLMHeadModel
+
+            fields["adaptive"] = False
+        else:
+            from transformers import TransfoXLConfig, TransfoXLLMHeadModel
+        model = TransfoXLLMHeadModel(TransfoXLConfig(**fields))
+
+        def step(segment, mems):
+            outputs = model(segment, mems=mems, labels=segment)
+            return outputs.loss, outputs.mems
+    elif impl == "x_transformers":
+        import torch.nn.functional as F
+        from x_transformers import Decoder, TransformerWrapper
+
+        model = TransformerWrapper(num_tokens=VOCAB, max_seq_len=TGT_LEN, max_mem_len=MEM_LEN, use_abs_pos_emb=False,
+                                   emb_dropout=DROPOUT, tie_embedding=True,
+                                   attn_layers=Decoder(dim=D_MODEL, depth=LAYERS, heads=HEADS, rel_pos_bias=True,
+                                                       attn_dropout=DROPOUT, ff_dropout=DROPOUT))
+
+        def step(segment, mems):
+            logits, new_mems = model(segment, mems=mems, return_mems=True)
+            loss = F.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), segment[:, 1:].reshape(-1))
+            return loss, new_mems
+    elif impl == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        model = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_positions=TGT_LEN, n_embd=D_MODEL, n_layer=LAYERS,
+                                           n_head=HEADS, n_inner=D_INNER, resid_pdrop=DROPOUT, embd_pdrop=DROPOUT,
+                                           attn_pdrop=DROPOUT))
+
+        def step(segment, mems):
+            return model(segment, labels=segment).loss, None
+    else:
+        raise ValueError(impl)
+    return model, step
+
+
+def worker(impl, segments):
+    import torch
+
+    torch.manual_seed(0)
+    model, step = build(impl)
+    data = torch.randint(0, VOCAB, (BATCH, TGT_LEN * (WARMUP + segments)), generator=torch.Generator().manual_seed(1))
+    chunks = data.split(TGT_LEN, dim=1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model.train()
+    mems = None
+
+    def train_step(segment):
+        nonlocal mems
+        loss, mems = step(segment, mems)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    glibc_returns_memory(True)
+    before = vm_kib("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")
+    for segment in chunks[:WARMUP]:
+        train_step(segment)
+    peak = vm_kib("VmHWM")
+    glibc_returns_memory(False)
+    started = time.perf_counter()
+    for segment in chunks[WARMUP:]:
+        train_step(segment)
+    train_seconds = time.perf_counter() - started
+
+    model.eval()
+    mems = None
+    with torch.no_grad():
+        for segment in chunks[:WARMUP]:
+            _, mems = step(segment, mems)
+        started = time.perf_counter()
+        for segment in chunks[WARMUP:]:
+            _, mems = step(segment, mems)
+        eval_seconds = time.perf_counter() - started
+    tokens = BATCH * TGT_LEN * segments
+    return {"impl": impl, "parameters": sum(p.numel() for p in model.parameters()),
+            "train_tokens_per_second": tokens / train_seconds, "eval_tokens_per_second": tokens / eval_seconds,
+            "train_peak_rss_mib": peak / 1024, "train_peak_rss_rise_mib": (peak - before) / 1024}
+
+
+def generation(new_tokens=512, prompt_length=16):
+    import torch
+
+    from hf_plm_ext import TransfoXLConfig, TransfoXLLMHeadModel
+
+    torch.manual_seed(0)
+    config = TransfoXLConfig(vocab_size=VOCAB, adaptive=False, div_val=1, d_model=D_MODEL, d_embed=D_MODEL,
+                             n_head=HEADS, d_head=D_MODEL // HEADS, d_inner=D_INNER, n_layer=LAYERS,
+                             mem_len=new_tokens + prompt_length, clamp_len=-1, same_length=False, eos_token_id=None)
+    model = TransfoXLLMHeadModel(config).eval()
+    prompt = torch.randint(0, VOCAB, (1, prompt_length), generator=torch.Generator().manual_seed(2))
+    out, seconds = {}, {}
+    for use_cache in (True, False):
+        started = time.perf_counter()
+        out[use_cache] = model.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                        do_sample=False, use_cache=use_cache)
+        seconds[use_cache] = time.perf_counter() - started
+    return {"new_tokens": new_tokens, "prompt_tokens": prompt_length, "seconds_with_memory": seconds[True],
+            "seconds_recomputing": seconds[False], "speedup": seconds[False] / seconds[True],
+            "same_tokens": bool(torch.equal(out[True], out[False]))}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--legacy-python", help="python of a transformers==4.37.2 environment (omit: skip legacy)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--segments", type=int, default=6, help="timed segments per measurement")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.segments)))
+        return
+    impls = {"ours": sys.executable, "x_transformers": sys.executable, "gpt2": sys.executable}
+    if args.legacy_python:
+        impls["legacy"] = args.legacy_python
+    runs = {impl: [] for impl in impls}
+    for round_index in range(args.rounds):
+        for impl, python in impls.items():
+            proc = subprocess.run([python, __file__, "--worker", impl, "--segments", str(args.segments)],
+                                  capture_output=True, text=True)
+            if proc.returncode:
+                raise SystemExit(f"{impl} failed:\n{proc.stderr[-3000:]}")
+            runs[impl].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            print(f"round {round_index + 1} {impl}: {runs[impl][-1]}", flush=True)
+    summary = {}
+    for impl, measured in runs.items():
+        summary[impl] = {key: statistics.median(m[key] for m in measured) for key in measured[0] if key != "impl"}
+        summary[impl]["all_train_tokens_per_second"] = [round(m["train_tokens_per_second"]) for m in measured]
+        summary[impl]["all_eval_tokens_per_second"] = [round(m["eval_tokens_per_second"]) for m in measured]
+    ours = summary["ours"]
+    ratios = {f"ours/{impl}": {"train": ours["train_tokens_per_second"] / row["train_tokens_per_second"],
+                               "eval": ours["eval_tokens_per_second"] / row["eval_tokens_per_second"]}
+              for impl, row in summary.items() if impl != "ours"}
+    generate = generation()
+    print(f"generation: {generate}", flush=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "txl_lm.json").write_text(json.dumps({"rounds": args.rounds, "segments": args.segments,
+                                                     "summary": summary, "ratios": ratios,
+                                                     "generation": generate}, indent=2) + "\n")
+    lines = ["| implementation | parameters | train tokens/s | eval tokens/s | train peak RSS (MiB) | "
+             "rise over 2 warm-up segments (MiB) |", "|---|---:|---:|---:|---:|---:|"]
+    for impl, row in summary.items():
+        lines.append(f"| {impl} | {row['parameters']:,.0f} | {row['train_tokens_per_second']:.0f} | "
+                     f"{row['eval_tokens_per_second']:.0f} | {row['train_peak_rss_mib']:.0f} | "
+                     f"{row['train_peak_rss_rise_mib']:.0f} |")
+    lines += ["", "| ratio | train | eval |", "|---|---:|---:|"]
+    lines += [f"| {name} | {r['train']:.2f} | {r['eval']:.2f} |" for name, r in ratios.items()]
+    lines += ["", f"Generation of {generate['new_tokens']} tokens (greedy, batch 1): with memory "
+                  f"{generate['seconds_with_memory']:.2f} s, recomputing {generate['seconds_recomputing']:.2f} s "
+                  f"({generate['speedup']:.1f}x; same tokens: {generate['same_tokens']})."]
+    text = "\n".join(lines) + "\n"
+    (RESULTS / "txl_lm.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
