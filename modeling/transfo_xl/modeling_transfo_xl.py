@@ -174,15 +174,17 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
         memory ``[b, m, d]`` or None -> ``([b, q, d], [b, heads, q, k] or None)``."""
         if r_w_bias is None:
             r_w_bias, r_r_bias = self.r_w_bias, self.r_r_bias
-        qlen = hidden.shape[1]
-        keys_in = hidden if memory is None else torch.cat([memory, hidden], dim=1)
-        if self.pre_lnorm:
-            keys_in = self.layer_norm(keys_in)
-        # queries only for the segment: the memory is only keys and values (same weights as one qkv_net call)
+        segment_in = self.layer_norm(hidden) if self.pre_lnorm else hidden
+        # qkv_net's rows split: queries only for the segment; keys and values of the memory in their own
+        # product, so that backward computes no input gradient for the (detached) memory
         query_weight, key_value_weight = self.qkv_net.weight.split([self.n_head * self.d_head,
                                                                    2 * self.n_head * self.d_head])
-        query = self._heads(F.linear(keys_in[:, -qlen:], query_weight))
-        key, value = (self._heads(t) for t in F.linear(keys_in, key_value_weight).chunk(2, dim=-1))
+        query = self._heads(F.linear(segment_in, query_weight))
+        key_value = F.linear(segment_in, key_value_weight)
+        if memory is not None:
+            memory_in = self.layer_norm(memory) if self.pre_lnorm else memory
+            key_value = torch.cat([F.linear(memory_in, key_value_weight), key_value], dim=1)
+        key, value = (self._heads(t) for t in key_value.chunk(2, dim=-1))
         position_keys = self.r_net(position_embeddings).view(-1, self.n_head, self.d_head)
         if output_attentions or self.config._attn_implementation == "eager":
             scores = relative_attention_scores(query, key, position_keys, r_w_bias, r_r_bias) * self.scale
