@@ -42,11 +42,11 @@ def dataclasses_from(namespace):
 
 
 def build_parser():
-    from hf_plm_ext.cli import demo, evaluate, export, finetune, pretrain, tokenizer
+    from hf_plm_ext.cli import demo, evaluate, export, finetune, pretrain, push, tokenizer
 
     parser = argparse.ArgumentParser(prog="hf-plm-ext", description=__doc__.splitlines()[0], allow_abbrev=False)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (tokenizer, pretrain, finetune, evaluate, export, demo):
+    for module in (tokenizer, pretrain, finetune, evaluate, export, push, demo):
         module.add_to(commands)
     return parser
 

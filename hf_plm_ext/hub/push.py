@@ -1,0 +1,74 @@
+"""Push a checkpoint folder written by hf-plm-ext to a Hub repository, with its code and model card.
+
+One commit holds every file of the folder that a stranger needs — safetensors weights,
+``config.json`` (with the family's complete ``auto_map``), the family's ``*.py`` code, the
+tokenizer, ``eval_results.json`` / ``pretrain_results.json`` and the JSON training arguments —
+plus ``README.md``: the folder's own, or the card rendered from the run
+(:func:`hf_plm_ext.hub.cards.render_card`). Pickles are never pushed. The local folder is
+only read. ``HF_ENDPOINT`` points ``huggingface_hub`` at another Hub; the token comes from
+``HF_TOKEN`` or ``hf auth login``'s cache.
+"""
+
+from pathlib import Path
+
+import httpx2  # huggingface_hub's HTTP client
+from huggingface_hub import CommitOperationAdd, HfApi, get_token
+from huggingface_hub.errors import HfHubHTTPError, HFValidationError
+from huggingface_hub.utils import validate_repo_id
+
+from hf_plm_ext.errors import UserInputError
+from hf_plm_ext.hub.cards import render_card
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
+
+
+def files_to_push(directory: Path) -> list[Path]:
+    """The folder's top-level files except hidden ones and pickles; refuses a folder that is not a checkpoint."""
+    if not directory.is_dir():
+        raise UserInputError(f"checkpoint directory not found: {directory}")
+    if not (directory / "config.json").is_file():
+        raise UserInputError(f"{directory} is not a checkpoint folder (no config.json)")
+    if not any(directory.glob("*.safetensors")):
+        raise UserInputError(f"{directory} holds no safetensors weights (only safetensors are pushed)")
+    return sorted(p for p in directory.iterdir()
+                  if p.is_file() and not p.name.startswith(".") and p.suffix not in PICKLE_SUFFIXES)
+
+
+def check_repo_id(repo_id: str) -> None:
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as err:
+        raise UserInputError(f"invalid --repo-id {repo_id!r}: {str(err).splitlines()[0]}") from None
+    if "/" not in repo_id:
+        raise UserInputError(f"invalid --repo-id {repo_id!r}: give it as namespace/name (your user or organisation)")
+
+
+def push_checkpoint(directory, repo_id, private=False, revision=None, create_pr=False, language=None, license=None,
+                    base_model=None, datasets=None):
+    """Create ``repo_id`` if needed and commit the checkpoint in ``directory`` to it; return the ``CommitInfo``."""
+    directory = Path(directory)
+    files = files_to_push(directory)
+    check_repo_id(repo_id)
+    token = get_token()
+    if token is None:
+        raise UserInputError("no Hugging Face token: set HF_TOKEN or run `hf auth login` (a token with write access)")
+    readme = directory / "README.md"
+    card = None if readme.is_file() else render_card(directory, repo_id=repo_id, language=language,
+                                                      license=license, base_model=base_model, datasets=datasets)
+    operations = [CommitOperationAdd(path_in_repo=f.name, path_or_fileobj=str(f)) for f in files]
+    if card is not None:
+        operations.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=str(card).encode()))
+    api = HfApi(token=token)
+    try:
+        api.create_repo(repo_id, private=private, exist_ok=True)
+        if revision is not None:
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
+        return api.create_commit(repo_id, operations, revision=revision, create_pr=create_pr,
+                                 commit_message=f"Upload {directory.name} with hf-plm-ext")
+    except httpx2.TransportError as err:
+        raise UserInputError(f"lost the connection to {api.endpoint} while pushing {directory} to {repo_id} "
+                             f"({type(err).__name__}: {err}); nothing was committed, the local folder is unchanged; "
+                             f"run the command again") from None
+    except HfHubHTTPError as err:
+        raise UserInputError(f"{api.endpoint} refused to push {directory} to {repo_id}: "
+                             f"{str(err).splitlines()[0]}") from None
