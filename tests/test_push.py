@@ -132,12 +132,12 @@ def test_model_push_to_hub_carries_the_family_code(hub):
 
 
 @pytest.mark.parametrize("case", ["no token", "wrong token", "invalid repo id", "not a checkpoint",
-                                  "connection drops"])
+                                  "connection drops", "connection refused"])
 def test_bad_pushes_fail_with_one_clear_error_and_leave_the_folder(case, hub, finetuned, tmp_path):
     args, env = [finetuned, "--repo-id", "someone/x"], hub_env(hub)
     expected = {"no token": "no Hugging Face token", "wrong token": "refused to push",
                 "invalid repo id": "invalid --repo-id", "not a checkpoint": "is not a checkpoint folder",
-                "connection drops": "lost the connection"}[case]
+                "connection drops": "connection to", "connection refused": "Connection refused"}[case]
     if case == "no token":
         env = hub_env(hub, token=None)
     elif case == "wrong token":
@@ -146,8 +146,10 @@ def test_bad_pushes_fail_with_one_clear_error_and_leave_the_folder(case, hub, fi
         args[2] = "someone/bad name!"
     elif case == "not a checkpoint":
         args[0] = tmp_path
-    else:
+    elif case == "connection drops":
         hub.fail_commits = True
+    else:
+        env["HF_ENDPOINT"] = "http://127.0.0.1:9"  # nothing listens on the discard port
     before = snapshot(finetuned)
     proc = push(args, env)
     assert proc.returncode == 2, proc.stderr[-2000:]

@@ -66,7 +66,7 @@ def push_checkpoint(directory, repo_id, private=False, revision=None, create_pr=
         return api.create_commit(repo_id, operations, revision=revision, create_pr=create_pr,
                                  commit_message=f"Upload {directory.name} with hf-plm-ext")
     except httpx2.TransportError as err:
-        raise UserInputError(f"lost the connection to {api.endpoint} while pushing {directory} to {repo_id} "
+        raise UserInputError(f"the connection to {api.endpoint} failed while pushing {directory} to {repo_id} "
                              f"({type(err).__name__}: {err}); nothing was committed, the local folder is unchanged; "
                              f"run the command again") from None
     except HfHubHTTPError as err:
