@@ -174,6 +174,20 @@ def test_pretrain_then_evaluate_from_the_command_line(tmp_path, shared_data, cap
     assert "bits_per_character" not in measured  # a word-level vocabulary
 
 
+def test_pretrain_bad_segment_sizes_are_one_clear_error(tmp_path, shared_data, capsys):
+    from hf_plm_ext.data.tokenizer_training import train_tokenizer
+
+    corpus = shared_data / "corpus/en/wikitext-2/wiki.valid.tokens"
+    train_tokenizer([corpus], "words", vocab_size=500).save_pretrained(tmp_path / "tok")
+    common = ["pretrain", "transfo-xl", "--corpus", corpus, "--tokenizer", tmp_path / "tok", "--size", "tiny",
+              "--max_steps", 1, "--report_to", "none"]
+    for flag, value, message in (("--mem-len", -1, "mem_len must be >= 0"),
+                                 ("--tgt-len", 0, "segment length (0)")):
+        code, _, err = run_cli([*common, flag, value, "--output", tmp_path / f"out{value}"], capsys)
+        assert code == 2 and message in err, err
+        assert not (tmp_path / f"out{value}").exists()
+
+
 def test_eval_lm_bad_input_is_one_clear_error(tmp_path, shared_data, capsys):
     code, _, err = run_cli(["eval", "lm", "--model", tmp_path / "missing", "--corpus",
                             shared_data / "corpus/en/wikitext-2/wiki.test.tokens"], capsys)

@@ -193,7 +193,7 @@ def _transfo_xl_config(tokenizer, args):
                                cutoffs=cutoffs, adaptive=bool(cutoffs), div_val=1, mem_len=args.mem_len,
                                clamp_len=-1, same_length=False, dropout=0.1, dropatt=0.0,
                                eos_token_id=eos_id(tokenizer), pad_token_id=tokenizer.pad_token_id)
-    except ValueError as err:
+    except (ValueError, StrictDataclassError) as err:
         raise UserInputError(f"transfo-xl model: {_last_line(err)}") from None
 
 
@@ -305,8 +305,9 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:
         training_args.prediction_loss_only = True  # nothing reads the logits: do not gather them
     if objective.trainer_class is SegmentMemoryTrainer:
         training_args.train_sampling_strategy = "sequential"  # the batches continue each other
-        if args.model is not None:
-            model.config.mem_len = args.mem_len
+        if args.mem_len < 0:
+            raise UserInputError(f"--mem-len must be >= 0 (0: no memory), got {args.mem_len}")
+        model.config.mem_len = args.mem_len
     trainer = objective.trainer_class(model=model, args=training_args, train_dataset=data["train"],
                                       eval_dataset=data["test"], processing_class=tokenizer, data_collator=collator,
                                       compute_metrics=objective.compute_metrics)
