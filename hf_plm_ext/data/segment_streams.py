@@ -23,8 +23,10 @@ from hf_plm_ext.files import check_file
 
 def eos_id(tokenizer) -> int:
     """The id appended to every line (``<eos>`` of word-level tokenizers, else the tokenizer's eos/sep)."""
-    for token_id in (tokenizer.convert_tokens_to_ids("<eos>") if "<eos>" in tokenizer.get_vocab() else None,
-                     tokenizer.eos_token_id, tokenizer.sep_token_id):
+    vocabulary = tokenizer.get_vocab()
+    if "<eos>" in vocabulary:
+        return vocabulary["<eos>"]
+    for token_id in (tokenizer.eos_token_id, tokenizer.sep_token_id):
         if token_id is not None:
             return token_id
     raise UserInputError("the tokenizer has no <eos>, eos or [SEP] token to end each line with")

@@ -314,9 +314,6 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
     def nll(self, hidden, targets):
         """``[n, d_model]``, ``[n]`` targets (-100 = ignore) -> ``[n]`` negative log-likelihoods (0 where ignored)."""
         valid = targets != -100
-        if not self.n_clusters:
-            logits = self._cluster_logits(hidden, 0)
-            return F.cross_entropy(logits.float(), targets, ignore_index=-100, reduction="none")
         head = self._cluster_logits(hidden, 0).float().log_softmax(-1)
         head_size = self.bounds[0][1]
         nll = hidden.new_zeros(targets.shape, dtype=torch.float32)
