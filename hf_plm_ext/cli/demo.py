@@ -199,7 +199,7 @@ def run_transfo_xl(args, out):
     (out / "train.txt").write_text("".join(frankenstein[:cut]), encoding="utf-8")
     (out / "held_out.txt").write_text("".join(frankenstein[cut:]), encoding="utf-8")
     corpus = [str(DEMO_DATA / "alice.txt"), str(out / "train.txt")]
-    timings, table = {}, []
+    table = []
 
     started = _step(1, "train a word-level tokenizer (whitespace words, <unk>, <eos>)")
     tokenizer = train_tokenizer(corpus, "words", vocab_size=6000, min_frequency=2, lowercase=True)

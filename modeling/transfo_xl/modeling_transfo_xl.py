@@ -563,10 +563,12 @@ class TransfoXLForSequenceClassification(TransfoXLPreTrainedModel):
 
     def forward(self, input_ids=None, mems=None, labels=None, inputs_embeds=None, attention_mask=None,
                 output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
-        """input_ids ``[batch, seq]`` right-padded with ``pad_token_id`` (or ``attention_mask`` 1 = token)."""
+        """input_ids ``[batch, seq]`` right-padded with ``pad_token_id`` (or ``attention_mask`` 1 = token).
+
+        The mask only locates each row's last token: with right padding, causal attention never
+        reaches the padding, so the encoder needs no mask."""
         if attention_mask is not None:
             lengths = attention_mask.sum(-1)
-            attention_mask = None  # right padding only: causal attention never reaches it
         elif input_ids is not None and self.config.pad_token_id is not None:
             lengths = (input_ids != self.config.pad_token_id).sum(-1)
         else:
