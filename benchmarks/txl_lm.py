@@ -2,7 +2,8 @@
 XL-memory decoder and an equal-size GPT-2 without memory; generation with memory vs recomputing.
 
 Workload (../shared/notes/peers.md, "txl_lm"): 4 layers, d_model 256, 4 heads x 64, FFN 1024,
-vocabulary 8,000, plain softmax, segments of 128 tokens, memory 128, batch 8, dropout 0.1.
+vocabulary 8,000, plain softmax, segments of 128 tokens, memory 128, batch 8, dropout 0.1 (none on
+the attention probabilities: transformers' ``dropatt`` default 0.0, so x-transformers gets ``attn_dropout=0``).
 Training = consecutive segments with the detached memory carried, forward + backward + AdamW;
 evaluation = the same segments under ``no_grad``. GPT-2 sees each 128-token segment alone.
 
@@ -80,7 +81,7 @@ def build(impl):
         model = TransformerWrapper(num_tokens=VOCAB, max_seq_len=TGT_LEN, max_mem_len=MEM_LEN, use_abs_pos_emb=False,
                                    emb_dropout=DROPOUT, tie_embedding=True,
                                    attn_layers=Decoder(dim=D_MODEL, depth=LAYERS, heads=HEADS, rel_pos_bias=True,
-                                                       attn_dropout=DROPOUT, ff_dropout=DROPOUT))
+                                                       attn_dropout=0.0, ff_dropout=DROPOUT))
 
         def step(segment, mems):
             logits, new_mems = model(segment, mems=mems, return_mems=True)

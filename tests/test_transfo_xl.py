@@ -8,7 +8,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
 
 from hf_plm_ext import TransfoXLConfig, TransfoXLForSequenceClassification, TransfoXLLMHeadModel
-from hf_plm_ext.modeling.transfo_xl.modeling_transfo_xl import relative_attention_scores, sinusoid_embeddings
+from hf_plm_ext.modeling.transfo_xl.modeling_transfo_xl import Dropout, relative_attention_scores, sinusoid_embeddings
 
 from conftest import fresh_python
 
@@ -167,6 +167,24 @@ def test_adaptive_softmax_is_a_distribution_and_its_loss_matches_it():
         losses = model(ids, labels=ids).losses
     torch.testing.assert_close(log_probs.logsumexp(-1), torch.zeros(2, 9), rtol=0, atol=1e-5)
     torch.testing.assert_close(losses, -log_probs[:, :-1].gather(-1, ids[:, 1:, None]).squeeze(-1))
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_cpu_dropout_drops_at_rate_p_keeps_the_expectation_and_masks_the_gradient(p):
+    dropout = Dropout(p)
+    x = torch.ones(400_000, requires_grad=True)
+    torch.manual_seed(0)
+    out = dropout(x)
+    dropped = (out == 0).float().mean().item()
+    assert abs(dropped - p) < 5 * math.sqrt(p * (1 - p) / x.numel())  # 5 sigma
+    assert abs(out.mean().item() - 1) < 5 * math.sqrt(p / (1 - p) / x.numel())
+    out.sum().backward()
+    assert torch.equal(x.grad, out.detach())  # d out / d x = mask * scale = out for x = 1
+    torch.manual_seed(0)
+    assert torch.equal(dropout(x), out)  # torch's seed reproduces the mask
+    dropped_per_lane = (dropout(torch.ones(100_000, 4)) == 0).float().mean(0)  # column i = lane i of each draw
+    assert (dropped_per_lane - p).abs().max() < 5 * math.sqrt(p * (1 - p) / 100_000)
+    assert torch.equal(dropout.eval()(x), x)
 
 
 def test_mems_are_not_saved_and_auto_classes_load(tmp_path):
