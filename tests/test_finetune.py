@@ -148,3 +148,55 @@ def test_labels_json_that_disagrees_with_the_task_table_is_refused(tmp_path, sha
                                           '{"label": "117", "label_desc": "news_new"}\n')
     with pytest.raises(UserInputError, match=r"labels.json: labels \['117'\] are not in the tnews label set"):
         check_labels_file(tnews, tmp_path)
+
+
+def lora_config_file(folder, **overrides):
+    fields = {"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["query", "value"], **overrides}
+    path = folder / "lora.json"
+    path.write_text(json.dumps(fields))
+    return path
+
+
+def test_peft_config_trains_and_saves_only_the_adapter_and_the_head(tmp_path, tiny_classifier_dir, shared_data,
+                                                                     capsys):
+    from peft import AutoPeftModelForSequenceClassification
+    from safetensors.torch import load_file
+
+    out = tmp_path / "mrpc-lora"
+    code, _, stderr = _finetune(capsys, "glue", "mrpc", tiny_classifier_dir, out, "--peft-config",
+                                lora_config_file(tmp_path), "--data-dir", shared_data / "glue/MRPC", "--max_steps", 4,
+                                "--max_train_samples", 64, "--max_seq_length", 64, "--learning_rate", 1e-2)
+    assert code == 0, stderr
+    files = {p.name for p in out.iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors", "tokenizer.json", "eval_results.json"} <= files
+    assert "model.safetensors" not in files and "README.md" not in files  # adapter only; PEFT's generic card gone
+    saved = load_file(out / "adapter_model.safetensors")
+    assert saved and all("lora_" in name or ".classifier." in name for name in saved), sorted(saved)
+    assert json.loads((out / "eval_results.json").read_text())["peft_config"].endswith("lora.json")
+
+    import torch
+
+    ids = torch.tensor([[2, 100, 200, 300, 3]])
+    with torch.no_grad():
+        base = AutoModelForSequenceClassification.from_pretrained(tiny_classifier_dir).eval()(ids).logits
+        adapted_model = AutoPeftModelForSequenceClassification.from_pretrained(out).eval()
+        adapted = adapted_model(ids).logits
+        with adapted_model.disable_adapter():
+            without_lora = adapted_model(ids).logits
+    assert not torch.allclose(adapted, base)  # trained LoRA + head
+    assert not torch.allclose(adapted, without_lora)  # the LoRA update itself changes the outputs
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "lora.json:1: not valid JSON"),
+    ('{"peft_type": "NOPE"}', '"peft_type" must be one of'),
+    ('{"peft_type": "LORA", "task_type": "CAUSAL_LM"}', "task_type must be SEQ_CLS"),
+    ('{"peft_type": "LORA", "rank": 4, "target_modules": ["query"]}', "unexpected keyword argument 'rank'"),
+])
+def test_bad_peft_config_is_one_clear_error(content, message, tmp_path, tiny_classifier_dir, shared_data, capsys):
+    (tmp_path / "lora.json").write_text(content)
+    out = tmp_path / "out"
+    code, _, stderr = _finetune(capsys, "glue", "mrpc", tiny_classifier_dir, out, "--peft-config",
+                                tmp_path / "lora.json", "--data-dir", shared_data / "glue/MRPC", "--max_steps", 1)
+    assert code == 2 and message in stderr and stderr.count("error:") == 1, stderr
+    assert not out.exists()

@@ -60,6 +60,25 @@ def finetuned(tmp_path, tiny_classifier_dir):
     return folder
 
 
+def logits_in_a_fresh_process(hub, tmp_path, expected_model, load):
+    """Run ``load`` (code that binds ``model``) in a process where ``import hf_plm_ext`` fails, against the
+    test double; return (the class name of ``model``'s underlying transformers model, max |logit diff|)."""
+    ids = torch.tensor([[2, 100, 200, 300, 3]])
+    with torch.no_grad():
+        expected = expected_model.eval()(ids).logits
+    save_file({"ids": ids, "expected": expected}, tmp_path / "inputs.safetensors")
+    code = ("import sys; sys.modules['hf_plm_ext'] = None\nimport torch\nfrom safetensors.torch import load_file\n"
+            f"{load}\ndata = load_file(sys.argv[1])\n"
+            "with torch.no_grad():\n    out = model.eval()(data['ids']).logits\n"
+            "inner = model.base_model.model if hasattr(model, 'peft_config') else model\n"
+            "print(type(inner).__name__, (out - data['expected']).abs().max().item())\n")
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "inputs.safetensors")], capture_output=True,
+                            text=True, env={**hub_env(hub), "PYTHONPATH": ""}, cwd=str(tmp_path), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    name, diff = result.stdout.split()[-2:]
+    return name, float(diff)
+
+
 def test_pushed_checkpoint_loads_in_a_fresh_process_without_the_package(hub, finetuned, tmp_path):
     before = snapshot(finetuned)
     proc = push([finetuned, "--repo-id", "someone/tiny-mrpc", "--language", "en", "--license", "mit"], hub_env(hub))
@@ -76,25 +95,14 @@ def test_pushed_checkpoint_loads_in_a_fresh_process_without_the_package(hub, fin
     assert repo_calls and all(repo_calls)  # every call about the repository carried the token
     assert snapshot(finetuned) == before  # the local checkpoint is untouched
 
-    ids = torch.tensor([[2, 100, 200, 300, 3]])
     from transformers import AutoModelForSequenceClassification
 
-    with torch.no_grad():
-        expected = AutoModelForSequenceClassification.from_pretrained(finetuned).eval()(ids).logits
-    save_file({"ids": ids, "expected": expected}, tmp_path / "inputs.safetensors")
-    result = subprocess.run(
-        [sys.executable, "-c", "import sys; sys.modules['hf_plm_ext'] = None\n"
-         "import torch\nfrom safetensors.torch import load_file\n"
-         "from transformers import AutoModelForSequenceClassification, AutoTokenizer\n"
-         "model = AutoModelForSequenceClassification.from_pretrained('someone/tiny-mrpc', trust_remote_code=True)\n"
-         "AutoTokenizer.from_pretrained('someone/tiny-mrpc', trust_remote_code=True)\n"
-         "data = load_file(sys.argv[1])\n"
-         "with torch.no_grad():\n    out = model.eval()(data['ids']).logits\n"
-         "print(type(model).__name__, (out - data['expected']).abs().max().item())\n", str(tmp_path / "inputs.safetensors")],
-        capture_output=True, text=True, env={**hub_env(hub), "PYTHONPATH": ""}, cwd=str(tmp_path), timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    name, diff = result.stdout.split()[-2:]
-    assert name == "MacBertForSequenceClassification" and float(diff) == 0.0
+    name, diff = logits_in_a_fresh_process(
+        hub, tmp_path, AutoModelForSequenceClassification.from_pretrained(finetuned),
+        "from transformers import AutoModelForSequenceClassification, AutoTokenizer\n"
+        "model = AutoModelForSequenceClassification.from_pretrained('someone/tiny-mrpc', trust_remote_code=True)\n"
+        "AutoTokenizer.from_pretrained('someone/tiny-mrpc', trust_remote_code=True)")
+    assert name == "MacBertForSequenceClassification" and diff == 0.0
 
 
 def test_branch_and_pull_request(hub, finetuned):
@@ -126,6 +134,68 @@ def test_model_push_to_hub_carries_the_family_code(hub):
         capture_output=True, text=True, env={**hub_env(hub), "PYTHONPATH": ""}, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split()[-1] == "MacBertForMaskedLM"
+
+
+@pytest.fixture(scope="module")
+def lora_run_once(tmp_path_factory, tiny_classifier_dir, shared_data):
+    """A LoRA adapter as ``finetune --peft-config`` leaves it: adapter weights, tokenizer, eval results."""
+    from hf_plm_ext.cli.main import main
+
+    folder = tmp_path_factory.mktemp("lora")
+    (folder / "lora.json").write_text(json.dumps({"peft_type": "LORA", "r": 4, "target_modules": ["query", "value"]}))
+    main(list(map(str, ["finetune", "glue", "--task", "mrpc", "--model", tiny_classifier_dir, "--output",
+                        folder / "mrpc-lora", "--peft-config", folder / "lora.json", "--data-dir",
+                        shared_data / "glue/MRPC", "--max_steps", 3, "--max_train_samples", 32, "--max_seq_length",
+                        32, "--learning_rate", 1e-2, "--disable_tqdm", "true", "--report_to", "none"])))
+    return folder / "mrpc-lora"
+
+
+@pytest.fixture
+def lora_run(lora_run_once, tmp_path):
+    import shutil
+
+    return shutil.copytree(lora_run_once, tmp_path / "mrpc-lora")
+
+
+def test_adapter_pushes_adapter_only_and_loads_on_its_pushed_base(hub, lora_run, tiny_classifier_dir, tmp_path):
+    env = hub_env(hub)
+    proc = push([tiny_classifier_dir, "--repo-id", "someone/tiny-base"], env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    before = snapshot(lora_run)
+    proc = push([lora_run, "--repo-id", "someone/tiny-mrpc-lora", "--base-model", "someone/tiny-base"], env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert snapshot(lora_run) == before  # the local adapter_config.json still names the local base
+    files = hub.files("someone/tiny-mrpc-lora")
+    assert {"adapter_config.json", "adapter_model.safetensors", "tokenizer.json", "eval_results.json",
+            "README.md"} <= set(files)
+    assert not {"model.safetensors", "config.json"} & set(files) and not any(f.endswith(".py") for f in files)
+    assert json.loads(files["adapter_config.json"])["base_model_name_or_path"] == "someone/tiny-base"
+    card = files["README.md"].decode()
+    assert "library_name: peft" in card and "base_model: someone/tiny-base" in card and "model-index" in card
+    assert "trust_remote_code=True" in card  # the base is a macbert checkpoint with remote code
+
+    from peft import AutoPeftModelForSequenceClassification
+
+    name, diff = logits_in_a_fresh_process(
+        hub, tmp_path, AutoPeftModelForSequenceClassification.from_pretrained(lora_run),
+        "from peft import AutoPeftModelForSequenceClassification\n"
+        "model = AutoPeftModelForSequenceClassification.from_pretrained('someone/tiny-mrpc-lora', "
+        "trust_remote_code=True)")
+    assert name == "MacBertForSequenceClassification" and diff == 0.0
+
+
+@pytest.mark.parametrize("case", ["local base", "pickled adapter"])
+def test_adapter_that_a_stranger_could_not_load_is_refused(case, lora_run):
+    from hf_plm_ext.errors import UserInputError
+    from hf_plm_ext.hub.push import push_checkpoint
+
+    if case == "pickled adapter":
+        (lora_run / "adapter_model.safetensors").rename(lora_run / "adapter_model.bin")
+    before = snapshot(lora_run)
+    expected = {"local base": "pass --base-model", "pickled adapter": "no adapter_model.safetensors"}[case]
+    with pytest.raises(UserInputError, match=expected):
+        push_checkpoint(lora_run, "someone/x")  # refused before any token or connection is needed
+    assert snapshot(lora_run) == before
 
 
 @pytest.mark.parametrize("case", ["no token", "wrong token", "invalid repo id", "not a checkpoint",
@@ -178,3 +248,20 @@ def test_every_family_renders_a_card_whose_metadata_validates(tmp_path):
             assert card_metadata_errors(str(card)) == [], (folder.name, str(card)[:500])
             parsed = ModelCard(str(card))
             assert "hf-plm-ext" in parsed.data.tags and parsed.data.library_name == "transformers"
+
+
+def test_adapter_card_metadata_validates(lora_run):
+    from huggingface_hub import ModelCard
+
+    from hf_plm_ext.hub.cards import render_card
+    from hub_double import card_metadata_errors
+
+    card = render_card(lora_run, repo_id="someone/lora", base_model="someone/base", language="en", license="mit")
+    assert card_metadata_errors(str(card)) == [], str(card)[:800]
+    parsed = ModelCard(str(card))
+    assert parsed.data.library_name == "peft" and parsed.data.base_model == "someone/base"
+    assert {"hf-plm-ext", "lora"} <= set(parsed.data.tags) and parsed.data.pipeline_tag == "text-classification"
+    measured = json.loads((lora_run / "eval_results.json").read_text())["results"][0]["metrics"]
+    assert {r.metric_type: r.metric_value for r in parsed.data.eval_results} == {
+        name: round(value, 4) for name, value in measured.items()}
+    assert "AutoPeftModelForSequenceClassification" in str(card) and "r | 4" in str(card)

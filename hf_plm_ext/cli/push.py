@@ -6,14 +6,17 @@ from hf_plm_ext.hub.push import push_checkpoint
 def add_to(commands):
     push = commands.add_parser("push", help="push a checkpoint folder (weights, code, tokenizer, card, results) to "
                                             "a Hub repository", allow_abbrev=False)
-    push.add_argument("directory", metavar="DIR", help="a folder written by hf-plm-ext (or any save_pretrained)")
+    push.add_argument("directory", metavar="DIR", help="a folder written by hf-plm-ext (or any save_pretrained); "
+                                                       "a PEFT adapter folder is pushed adapter-only")
     push.add_argument("--repo-id", required=True, help="namespace/name; created if it does not exist")
     push.add_argument("--private", action="store_true", help="create the repository private")
     push.add_argument("--revision", help="branch to commit to (created from main if missing)")
     push.add_argument("--create-pr", action="store_true", help="open a pull request instead of committing")
     push.add_argument("--language", nargs="+", help="card metadata, e.g. en zh")
     push.add_argument("--license", help="card metadata, e.g. apache-2.0")
-    push.add_argument("--base-model", help="card metadata: the model this one was trained from")
+    push.add_argument("--base-model", help="card metadata: the model this one was trained from; for an adapter, "
+                                           "the Hub repository of its base model (written into the pushed "
+                                           "adapter_config.json in place of a local path)")
     push.add_argument("--dataset", dest="datasets", nargs="+", help="card metadata: training datasets")
     push.set_defaults(handler=run)
 

@@ -41,6 +41,34 @@ class FinetuneArguments:
                                                                            "whose label count differs"})
     layerwise_lr_decay: float | None = field(default=None, metadata={"help": "layer-wise learning-rate decay for "
                                                                             "BERT-like encoders (ELECTRA: 0.8)"})
+    peft_config: str | None = field(default=None, metadata={"help": "a PEFT config JSON (e.g. {\"peft_type\": "
+                                                                     "\"LORA\", \"r\": 8, \"target_modules\": "
+                                                                     "[\"query\", \"value\"]}): train only that "
+                                                                     "adapter and the task head, save only them"})
+
+
+def with_adapter(model, config_file: str):
+    """``model`` wrapped by the PEFT adapter that ``config_file`` describes (task type ``SEQ_CLS``,
+    so PEFT also trains and saves the classifier)."""
+    from peft import get_peft_config, get_peft_model
+    from peft.mapping import PEFT_TYPE_TO_CONFIG_MAPPING  # PEFT's methods and any registered since
+
+    path = Path(config_file)
+    if not path.is_file():
+        raise UserInputError(f"--peft-config {path} not found")
+    try:
+        fields = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise UserInputError(f"{path}:{err.lineno}: not valid JSON ({err.msg})") from None
+    methods = sorted(str(t.value) for t in PEFT_TYPE_TO_CONFIG_MAPPING)
+    if not isinstance(fields, dict) or fields.get("peft_type") not in methods:
+        raise UserInputError(f"{path}: \"peft_type\" must be one of PEFT's methods ({', '.join(methods)})")
+    if fields.setdefault("task_type", "SEQ_CLS") != "SEQ_CLS":
+        raise UserInputError(f"{path}: task_type must be SEQ_CLS for GLUE/CLUE (got {fields['task_type']!r})")
+    try:
+        return get_peft_model(model, get_peft_config(fields))
+    except (TypeError, ValueError) as err:
+        raise UserInputError(f"{path}: {err}") from None
 
 
 def task_files(task: Task, args: FinetuneArguments) -> tuple[Path, dict[str, Path]]:
@@ -115,6 +143,8 @@ def finetune(benchmark: str, args: FinetuneArguments, training_args: TrainingArg
                             ignore_mismatched_sizes=args.ignore_mismatched_sizes)
     check_tokenizer_fits(tokenizer, model, args.model)
     check_sequence_length(model, args.max_seq_length)
+    if args.peft_config is not None:
+        model = with_adapter(model, args.peft_config)
 
     train_dataset = tokenize(train_examples, tokenizer, args.max_seq_length)
     if args.max_train_samples is not None:
@@ -146,6 +176,7 @@ def finetune(benchmark: str, args: FinetuneArguments, training_args: TrainingArg
             "train_file": str(train_path),
             "num_train_examples": len(train_dataset),
             "layerwise_lr_decay": args.layerwise_lr_decay,
+            "peft_config": args.peft_config,
             "world_size": training_args.world_size,
             "train_metrics": train_result.metrics,
             "results": [],

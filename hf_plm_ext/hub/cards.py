@@ -3,6 +3,7 @@
 A checkpoint folder written by ``hf-plm-ext`` holds ``config.json`` and ``training_args.json``,
 plus ``pretrain_results.json`` (pre-training) or ``eval_results.json`` (GLUE/CLUE fine-tuning);
 the card's metadata and ``model-index`` come from them, so the card states what the run did.
+An adapter folder (``adapter_config.json``, PEFT's format) gets ``hub_cards/adapter.md``.
 """
 
 import json
@@ -34,7 +35,7 @@ OBJECTIVE_FIELDS = {"mlm": MASKED_LM_FIELDS,
                     "transfo-xl": ("size", "tgt_len", "mem_len", "cutoffs", "validation_corpus")}
 
 
-def _read_json(path: Path):
+def read_json(path: Path):
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
@@ -60,9 +61,11 @@ def eval_results_of(results: dict) -> list[EvalResult]:
 def render_card(checkpoint, repo_id=None, language=None, license=None, base_model=None, datasets=None) -> ModelCard:
     """The model card of ``checkpoint`` (a folder written by ``hf-plm-ext``)."""
     checkpoint = Path(checkpoint)
+    if (checkpoint / "adapter_config.json").is_file():
+        return render_adapter_card(checkpoint, repo_id, language, license, base_model, datasets)
     if not (checkpoint / "config.json").is_file():
         raise UserInputError(f"{checkpoint} is not a checkpoint folder (no config.json)")
-    config = _read_json(checkpoint / "config.json")
+    config = read_json(checkpoint / "config.json")
     architecture = (config.get("architectures") or ["Model"])[0]
     auto_class, pipeline_tag = next((v for suffix, v in HEADS.items() if architecture.endswith(suffix)),
                                     HEADS["Model"])
@@ -91,8 +94,7 @@ def render_card(checkpoint, repo_id=None, language=None, license=None, base_mode
         eval_results=eval_results_of(evaluated) if evaluated else None,
     )
     if evaluated:
-        what = (f"This checkpoint is fine-tuned on {evaluated['benchmark'].upper()} {evaluated['task'].upper()} "
-                f"({evaluated['num_train_examples']} training examples).")
+        what = f"This checkpoint is {fine_tuned_on(evaluated)}."
     elif pretrained:
         what = (f"This checkpoint is the model with its pre-training heads (`{architecture}`), pre-trained with the "
                 f"`{objective}` objective" + (f", `{pretraining['masking']}` masking." if "masking" in pretraining
@@ -112,8 +114,83 @@ def render_card(checkpoint, repo_id=None, language=None, license=None, base_mode
     return ModelCard(re.sub(r"\n{3,}", "\n\n", str(card)))  # the template's optional sections leave blank runs
 
 
+# What PEFT's ``task_type`` loads with and which pipeline it serves.
+PEFT_TASKS = {
+    "SEQ_CLS": ("AutoPeftModelForSequenceClassification", "text-classification"),
+    "TOKEN_CLS": ("AutoPeftModelForTokenClassification", "token-classification"),
+    "QUESTION_ANS": ("AutoPeftModelForQuestionAnswering", "question-answering"),
+    "CAUSAL_LM": ("AutoPeftModelForCausalLM", "text-generation"),
+    "FEATURE_EXTRACTION": ("AutoPeftModelForFeatureExtraction", "feature-extraction"),
+}
+PEFT_METHODS = {
+    "LORA": ("adds a trainable low-rank update `B A` (rank `r`, scaled by `lora_alpha / r`) to each target "
+             "weight matrix.",
+             "@inproceedings{hu2022lora,\n  title = {{LoRA}: Low-Rank Adaptation of Large Language Models},\n"
+             "  author = {Hu, Edward J. and Shen, Yelong and Wallis, Phillip and Allen-Zhu, Zeyuan and Li, Yuanzhi "
+             "and Wang, Shean and Wang, Lu and Chen, Weizhu},\n  booktitle = {International Conference on Learning "
+             "Representations},\n  year = {2022},\n}"),
+}
+ADAPTER_FIELDS = ("r", "lora_alpha", "lora_dropout", "target_modules")
+
+
+def fine_tuned_on(evaluated: dict) -> str:
+    return (f"fine-tuned on {evaluated['benchmark'].upper()} {evaluated['task'].upper()} "
+            f"({evaluated['num_train_examples']} training examples)")
+
+
+def is_local_path(name: str) -> bool:
+    return Path(name).exists() or name.startswith((".", "/", "~")) or name.count("/") > 1
+
+
+def render_adapter_card(checkpoint: Path, repo_id=None, language=None, license=None, base_model=None,
+                        datasets=None) -> ModelCard:
+    """The card of a PEFT adapter folder: the adapter, its base model, how it scored."""
+    adapter = read_json(checkpoint / "adapter_config.json")
+    peft_type = adapter.get("peft_type")
+    if not peft_type:
+        raise UserInputError(f"{checkpoint / 'adapter_config.json'}: no peft_type (not a PEFT adapter config)")
+    local_base = adapter.get("base_model_name_or_path") or ""
+    base = base_model or local_base
+    base_config = Path(local_base) / "config.json"
+    base_needs_remote_code = base_config.is_file() and bool(read_json(base_config).get("auto_map"))
+    peft_auto_class, pipeline_tag = PEFT_TASKS.get(adapter.get("task_type"), ("AutoPeftModel", None))
+    method, citation = PEFT_METHODS.get(peft_type, (f"trains the parameters that PEFT's `{peft_type}` method adds.",
+                                                    None))
+    evaluated = _optional(checkpoint / "eval_results.json")
+    training_args = _optional(checkpoint / "training_args.json") or {}
+    name = repo_id.split("/")[-1] if repo_id else checkpoint.name
+    card_data = ModelCardData(
+        model_name=name, library_name="peft", pipeline_tag=pipeline_tag, language=language, license=license,
+        base_model=base if base and not is_local_path(base) else None, datasets=datasets,
+        tags=["hf-plm-ext", "peft", peft_type.lower(), "adapter"],
+        eval_results=eval_results_of(evaluated) if evaluated else None,
+    )
+    from safetensors import safe_open
+
+    with safe_open(str(checkpoint / "adapter_model.safetensors"), framework="pt") as handle:
+        weight_names = list(handle.keys())
+    # PEFT lists every usual head name (classifier, score); keep those this model has
+    saved_modules = [m for m in adapter.get("modules_to_save") or [] if any(f".{m}." in n for n in weight_names)]
+    from hf_plm_ext.eval.runner import results_table
+
+    card = ModelCard.from_template(
+        card_data, template_str=template_for("adapter"), model_name=name, repo_id=repo_id or str(checkpoint),
+        peft_type=peft_type, base_model=base or "its base model", num_parameters=_parameter_count(checkpoint),
+        saved_modules=", ".join(f"`{m}`" for m in saved_modules), method_in_one_sentence=method, peft_auto_class=peft_auto_class,
+        base_needs_remote_code=base_needs_remote_code, citation=citation,
+        what_this_checkpoint_is=(f"This adapter is {fine_tuned_on(evaluated)}." if evaluated else ""),
+        adapter={"PEFT method": peft_type, "task type": adapter.get("task_type"), "base model": base,
+                 **{k: _show(sorted(v) if isinstance(v, (list, set)) else v) for k in ADAPTER_FIELDS
+                    if (v := adapter.get(k)) not in (None, [], {})},
+                 **({"modules_to_save": _show(saved_modules)} if saved_modules else {})},
+        training={k: _show(training_args[k]) for k in TRAINING_FIELDS if training_args.get(k) not in (None, -1)},
+        results_table=results_table([evaluated]) if evaluated else "",
+    )
+    return ModelCard(re.sub(r"\n{3,}", "\n\n", str(card)))
+
+
 def _optional(path: Path):
-    return _read_json(path) if path.is_file() else None
+    return read_json(path) if path.is_file() else None
 
 
 def _show(value):
@@ -131,4 +208,6 @@ def _parameter_count(checkpoint: Path) -> str:
     for weights in checkpoint.glob("*.safetensors"):
         with safe_open(str(weights), framework="pt") as handle:
             total += sum(prod(handle.get_slice(name).get_shape()) for name in handle.keys())
-    return f"{total / 1e6:.2f} M" if total else "not recorded"
+    if not total:
+        return "not recorded"
+    return f"{total / 1e6:.2f} M" if total >= 1e6 else f"{total:,}"
