@@ -143,7 +143,8 @@ class Dropout(nn.Dropout):
         n = input.numel()
         lanes = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-2 ** 63, None).view(torch.int16)
         keep = lanes[:n].view(input.shape) >= dropped_codes - 32768
-        return input * keep * (65536 / (65536 - dropped_codes))
+        # one float mask, pre-scaled: backward is then a single multiplication
+        return input * keep.to(input.dtype).mul_(65536 / (65536 - dropped_codes))
 
 
 class PositionalEmbedding(nn.Module):
