@@ -187,16 +187,20 @@ def test_peft_config_trains_and_saves_only_the_adapter_and_the_head(tmp_path, ti
     assert not torch.allclose(adapted, without_lora)  # the LoRA update itself changes the outputs
 
 
-@pytest.mark.parametrize("content, message", [
-    ("{not json", "lora.json:1: not valid JSON"),
-    ('{"peft_type": "NOPE"}', '"peft_type" must be one of'),
-    ('{"peft_type": "LORA", "task_type": "CAUSAL_LM"}', "task_type must be SEQ_CLS"),
-    ('{"peft_type": "LORA", "rank": 4, "target_modules": ["query"]}', "unexpected keyword argument 'rank'"),
+@pytest.mark.parametrize("content, extra, message", [
+    ("{not json", [], "lora.json:1: not valid JSON"),
+    ('{"peft_type": "NOPE"}', [], '"peft_type" must be one of'),
+    ('{"peft_type": "LORA", "task_type": "CAUSAL_LM"}', [], "task_type must be SEQ_CLS"),
+    ('{"peft_type": "LORA", "rank": 4, "target_modules": ["query"]}', [], "unexpected keyword argument 'rank'"),
+    ('{"peft_type": "LORA", "target_modules": ["no_such_module"]}', [], "No modules were targeted"),
+    ('{"peft_type": "LORA", "target_modules": ["query"]}', ["--layerwise_lr_decay", 0.8], "do not go together"),
 ])
-def test_bad_peft_config_is_one_clear_error(content, message, tmp_path, tiny_classifier_dir, shared_data, capsys):
+def test_bad_peft_config_is_one_clear_error(content, extra, message, tmp_path, tiny_classifier_dir, shared_data,
+                                            capsys):
     (tmp_path / "lora.json").write_text(content)
     out = tmp_path / "out"
     code, _, stderr = _finetune(capsys, "glue", "mrpc", tiny_classifier_dir, out, "--peft-config",
-                                tmp_path / "lora.json", "--data-dir", shared_data / "glue/MRPC", "--max_steps", 1)
+                                tmp_path / "lora.json", "--data-dir", shared_data / "glue/MRPC", "--max_steps", 1,
+                                *extra)
     assert code == 2 and message in stderr and stderr.count("error:") == 1, stderr
     assert not out.exists()

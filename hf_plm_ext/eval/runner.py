@@ -47,10 +47,10 @@ class FinetuneArguments:
                                                                      "adapter and the task head, save only them"})
 
 
-def with_adapter(model, config_file: str):
-    """``model`` wrapped by the PEFT adapter that ``config_file`` describes (task type ``SEQ_CLS``,
-    so PEFT also trains and saves the classifier)."""
-    from peft import get_peft_config, get_peft_model
+def read_peft_config(config_file: str):
+    """The ``PeftConfig`` in ``config_file`` (a PEFT config as JSON), task type ``SEQ_CLS`` so that PEFT
+    also trains and saves the classifier."""
+    from peft import get_peft_config
     from peft.mapping import PEFT_TYPE_TO_CONFIG_MAPPING  # PEFT's methods and any registered since
 
     path = Path(config_file)
@@ -66,9 +66,18 @@ def with_adapter(model, config_file: str):
     if fields.setdefault("task_type", "SEQ_CLS") != "SEQ_CLS":
         raise UserInputError(f"{path}: task_type must be SEQ_CLS for GLUE/CLUE (got {fields['task_type']!r})")
     try:
-        return get_peft_model(model, get_peft_config(fields))
+        return get_peft_config(fields)
     except (TypeError, ValueError) as err:
         raise UserInputError(f"{path}: {err}") from None
+
+
+def with_adapter(model, peft_config, config_file: str):
+    from peft import get_peft_model
+
+    try:
+        return get_peft_model(model, peft_config)
+    except ValueError as err:  # e.g. target modules the model does not have
+        raise UserInputError(f"{config_file}: {err}") from None
 
 
 def task_files(task: Task, args: FinetuneArguments) -> tuple[Path, dict[str, Path]]:
@@ -125,6 +134,12 @@ def finetune(benchmark: str, args: FinetuneArguments, training_args: TrainingArg
     """Fine-tune ``args.model`` on one task, evaluate every validation split, write the model,
     ``eval_results.json`` and ``eval_results.md`` into ``args.output`` (all or nothing)."""
     task = get_task(benchmark, args.task)
+    peft_config = None
+    if args.peft_config is not None:
+        if args.layerwise_lr_decay is not None:
+            raise UserInputError("--layerwise_lr_decay and --peft-config do not go together (the decay is for "
+                                 "full fine-tuning of an encoder's layers)")
+        peft_config = read_peft_config(args.peft_config)
     train_path, validation_paths = task_files(task, args)
     check_labels_file(task, args.data_dir)
     train_examples = read_examples(task, train_path)
@@ -143,8 +158,8 @@ def finetune(benchmark: str, args: FinetuneArguments, training_args: TrainingArg
                             ignore_mismatched_sizes=args.ignore_mismatched_sizes)
     check_tokenizer_fits(tokenizer, model, args.model)
     check_sequence_length(model, args.max_seq_length)
-    if args.peft_config is not None:
-        model = with_adapter(model, args.peft_config)
+    if peft_config is not None:
+        model = with_adapter(model, peft_config, args.peft_config)
 
     train_dataset = tokenize(train_examples, tokenizer, args.max_seq_length)
     if args.max_train_samples is not None:

@@ -9,9 +9,11 @@ An adapter folder (``adapter_config.json``, PEFT's format) gets ``hub_cards/adap
 import json
 import re
 from importlib import resources
+from math import prod
 from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from safetensors import safe_open
 
 from hf_plm_ext.errors import UserInputError
 
@@ -165,8 +167,6 @@ def render_adapter_card(checkpoint: Path, repo_id=None, language=None, license=N
         tags=["hf-plm-ext", "peft", peft_type.lower(), "adapter"],
         eval_results=eval_results_of(evaluated) if evaluated else None,
     )
-    from safetensors import safe_open
-
     with safe_open(str(checkpoint / "adapter_model.safetensors"), framework="pt") as handle:
         weight_names = list(handle.keys())
     # PEFT lists every usual head name (classifier, score); keep those this model has
@@ -176,8 +176,8 @@ def render_adapter_card(checkpoint: Path, repo_id=None, language=None, license=N
     card = ModelCard.from_template(
         card_data, template_str=template_for("adapter"), model_name=name, repo_id=repo_id or str(checkpoint),
         peft_type=peft_type, base_model=base or "its base model", num_parameters=_parameter_count(checkpoint),
-        saved_modules=", ".join(f"`{m}`" for m in saved_modules), method_in_one_sentence=method, peft_auto_class=peft_auto_class,
-        base_needs_remote_code=base_needs_remote_code, citation=citation,
+        saved_modules=", ".join(f"`{m}`" for m in saved_modules), method_in_one_sentence=method,
+        peft_auto_class=peft_auto_class, base_needs_remote_code=base_needs_remote_code, citation=citation,
         what_this_checkpoint_is=(f"This adapter is {fine_tuned_on(evaluated)}." if evaluated else ""),
         adapter={"PEFT method": peft_type, "task type": adapter.get("task_type"), "base model": base,
                  **{k: _show(sorted(v) if isinstance(v, (list, set)) else v) for k in ADAPTER_FIELDS
@@ -200,10 +200,6 @@ def _show(value):
 
 
 def _parameter_count(checkpoint: Path) -> str:
-    from math import prod
-
-    from safetensors import safe_open
-
     total = 0
     for weights in checkpoint.glob("*.safetensors"):
         with safe_open(str(weights), framework="pt") as handle:
