@@ -14,15 +14,19 @@ evaluation = the same segments under ``no_grad``. GPT-2 sees each 128-token segm
   (``pip install x-transformers``, torch pinned).
 * ``gpt2``: transformers 5 ``GPT2LMHeadModel`` (n_positions 128), no memory.
 
-Each (implementation, round) runs in a fresh process; rounds alternate the implementations and
-the medians are reported. Peak memory: the rise of VmHWM over the two warm-up training
-segments (glibc set to return freed memory at once, as in peers.md).
+Each implementation lives in its own process (the legacy one in its own virtual environment), and
+they run in lockstep: one segment of the first, one of the next, ..., then the next segment, the
+order rotating every segment, so that all of them see the same stretch of this shared machine's
+speed (it drifts by +-15 % within minutes). Reported: tokens/s over all timed segments, and
+ours/peer as the median of the per-segment ratios (neighbouring in time). Peak memory: the rise
+of VmHWM over the two warm-up training segments, taken before the lockstep starts (glibc set to
+return freed memory at once, as in peers.md).
 
 Generation (ours only): greedy decoding of 512 tokens after a 16-token prompt, batch 1,
 ``mem_len`` 640 (covers the whole text, so both ways give the same tokens), ``use_cache=True``
 (one new token per step, the memory is the cache) vs ``use_cache=False`` (the whole prefix every step).
 
-    .venv/bin/python benchmarks/txl_lm.py --legacy-python /tmp/v4/bin/python [--rounds 3] [--segments 6]
+    .venv/bin/python benchmarks/txl_lm.py --legacy-python /tmp/v4/bin/python [--segments 60]
 
 Writes benchmarks/results/txl_lm.json and .md.
 """
@@ -101,49 +105,83 @@ def build(impl):
     return model, step
 
 
-def worker(impl, segments):
+def worker(impl):
+    """Build ``impl``, run the warm-up, then one segment per command read from stdin (answers start with @@)."""
     import torch
 
     torch.manual_seed(0)
     model, step = build(impl)
-    data = torch.randint(0, VOCAB, (BATCH, TGT_LEN * (WARMUP + segments)), generator=torch.Generator().manual_seed(1))
-    chunks = data.split(TGT_LEN, dim=1)
+    stream = torch.Generator().manual_seed(1)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    model.train()
     mems = None
 
-    def train_step(segment):
+    def run(command):
         nonlocal mems
-        loss, mems = step(segment, mems)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        segment = torch.randint(0, VOCAB, (BATCH, TGT_LEN), generator=stream)
+        started = time.perf_counter()
+        if command == "train":
+            model.train()
+            loss, mems = step(segment, mems)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        else:
+            model.eval()
+            with torch.no_grad():
+                _, mems = step(segment, mems)
+        return time.perf_counter() - started
+
+    def answer(value):
+        print("@@" + json.dumps(value), flush=True)
 
     glibc_returns_memory(True)
     before = vm_kib("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")
-    for segment in chunks[:WARMUP]:
-        train_step(segment)
+    for _ in range(WARMUP):
+        run("train")
     peak = vm_kib("VmHWM")
     glibc_returns_memory(False)
-    started = time.perf_counter()
-    for segment in chunks[WARMUP:]:
-        train_step(segment)
-    train_seconds = time.perf_counter() - started
+    answer({"impl": impl, "parameters": sum(p.numel() for p in model.parameters()),
+            "train_peak_rss_mib": peak / 1024, "train_peak_rss_rise_mib": (peak - before) / 1024})
+    for line in sys.stdin:
+        command = line.strip()
+        if command == "forget":  # evaluation starts from an empty memory
+            mems = None
+            answer(None)
+        else:
+            answer(run(command))
 
-    model.eval()
-    mems = None
-    with torch.no_grad():
-        for segment in chunks[:WARMUP]:
-            _, mems = step(segment, mems)
-        started = time.perf_counter()
-        for segment in chunks[WARMUP:]:
-            _, mems = step(segment, mems)
-        eval_seconds = time.perf_counter() - started
-    tokens = BATCH * TGT_LEN * segments
-    return {"impl": impl, "parameters": sum(p.numel() for p in model.parameters()),
-            "train_tokens_per_second": tokens / train_seconds, "eval_tokens_per_second": tokens / eval_seconds,
-            "train_peak_rss_mib": peak / 1024, "train_peak_rss_rise_mib": (peak - before) / 1024}
+
+class Worker:
+    def __init__(self, impl, python):
+        self.process = subprocess.Popen([python, __file__, "--worker", impl], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True)
+        self.info = self._read()
+
+    def _read(self):
+        for line in self.process.stdout:
+            if line.startswith("@@"):
+                return json.loads(line[2:])
+        raise SystemExit(f"a worker stopped (exit {self.process.wait()}); see its stderr above")
+
+    def ask(self, command):
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+        return self._read()
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait()
+
+
+def lockstep(workers, command, segments):
+    """{impl: [seconds per segment]}, the implementations taking turns segment by segment."""
+    names = list(workers)
+    seconds = {name: [] for name in names}
+    for i in range(segments):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            seconds[name].append(workers[name].ask(command))
+    return seconds
 
 
 def generation(new_tokens=512, prompt_length=16):
@@ -171,47 +209,45 @@ def generation(new_tokens=512, prompt_length=16):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--legacy-python", help="python of a transformers==4.37.2 environment (omit: skip legacy)")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--segments", type=int, default=6, help="timed segments per measurement")
+    parser.add_argument("--segments", type=int, default=60, help="timed segments per implementation and phase")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, args.segments)))
+        worker(args.worker)
         return
-    impls = {"ours": sys.executable, "x_transformers": sys.executable, "gpt2": sys.executable}
+    pythons = {"ours": sys.executable, "x_transformers": sys.executable, "gpt2": sys.executable}
     if args.legacy_python:
-        impls["legacy"] = args.legacy_python
-    runs = {impl: [] for impl in impls}
-    for round_index in range(args.rounds):
-        for impl, python in impls.items():
-            proc = subprocess.run([python, __file__, "--worker", impl, "--segments", str(args.segments)],
-                                  capture_output=True, text=True)
-            if proc.returncode:
-                raise SystemExit(f"{impl} failed:\n{proc.stderr[-3000:]}")
-            runs[impl].append(json.loads(proc.stdout.strip().splitlines()[-1]))
-            print(f"round {round_index + 1} {impl}: {runs[impl][-1]}", flush=True)
-    summary = {}
-    for impl, measured in runs.items():
-        summary[impl] = {key: statistics.median(m[key] for m in measured) for key in measured[0] if key != "impl"}
-        summary[impl]["all_train_tokens_per_second"] = [round(m["train_tokens_per_second"]) for m in measured]
-        summary[impl]["all_eval_tokens_per_second"] = [round(m["eval_tokens_per_second"]) for m in measured]
-    ours = summary["ours"]
-    ratios = {f"ours/{impl}": {"train": ours["train_tokens_per_second"] / row["train_tokens_per_second"],
-                               "eval": ours["eval_tokens_per_second"] / row["eval_tokens_per_second"]}
-              for impl, row in summary.items() if impl != "ours"}
+        pythons["legacy"] = args.legacy_python
+    workers = {impl: Worker(impl, python) for impl, python in pythons.items()}  # warm-ups one after another
+    train = lockstep(workers, "train", args.segments)
+    for worker_ in workers.values():
+        worker_.ask("forget")
+    lockstep(workers, "eval", WARMUP)
+    evaluation = lockstep(workers, "eval", args.segments)
+    for worker_ in workers.values():
+        worker_.close()
+    tokens = BATCH * TGT_LEN * args.segments
+    summary = {impl: {**{k: v for k, v in worker_.info.items() if k != "impl"},
+                      "train_tokens_per_second": tokens / sum(train[impl]),
+                      "eval_tokens_per_second": tokens / sum(evaluation[impl]),
+                      "train_seconds": [round(t, 4) for t in train[impl]],
+                      "eval_seconds": [round(t, 4) for t in evaluation[impl]]}
+               for impl, worker_ in workers.items()}
+    ratios = {f"ours/{impl}": {phase: statistics.median(peer / ours for ours, peer in zip(times["ours"], times[impl]))
+                               for phase, times in (("train", train), ("eval", evaluation))}
+              for impl in workers if impl != "ours"}
     generate = generation()
     print(f"generation: {generate}", flush=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "txl_lm.json").write_text(json.dumps({"rounds": args.rounds, "segments": args.segments,
-                                                     "summary": summary, "ratios": ratios,
-                                                     "generation": generate}, indent=2) + "\n")
+    (RESULTS / "txl_lm.json").write_text(json.dumps({"segments": args.segments, "summary": summary,
+                                                     "ratios": ratios, "generation": generate}, indent=2) + "\n")
     lines = ["| implementation | parameters | train tokens/s | eval tokens/s | train peak RSS (MiB) | "
              "rise over 2 warm-up segments (MiB) |", "|---|---:|---:|---:|---:|---:|"]
     for impl, row in summary.items():
         lines.append(f"| {impl} | {row['parameters']:,.0f} | {row['train_tokens_per_second']:.0f} | "
                      f"{row['eval_tokens_per_second']:.0f} | {row['train_peak_rss_mib']:.0f} | "
                      f"{row['train_peak_rss_rise_mib']:.0f} |")
-    lines += ["", "| ratio | train | eval |", "|---|---:|---:|"]
+    lines += ["", "| ratio (median over segments of peer time / our time) | train | eval |", "|---|---:|---:|"]
     lines += [f"| {name} | {r['train']:.2f} | {r['eval']:.2f} |" for name, r in ratios.items()]
     lines += ["", f"Generation of {generate['new_tokens']} tokens (greedy, batch 1): with memory "
                   f"{generate['seconds_with_memory']:.2f} s, recomputing {generate['seconds_recomputing']:.2f} s "
