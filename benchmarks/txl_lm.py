@@ -220,19 +220,19 @@ def main():
         pythons["legacy"] = args.legacy_python
     workers = {impl: Worker(impl, python) for impl, python in pythons.items()}  # warm-ups one after another
     train = lockstep(workers, "train", args.segments)
-    for worker_ in workers.values():
-        worker_.ask("forget")
+    for process in workers.values():
+        process.ask("forget")
     lockstep(workers, "eval", WARMUP)
     evaluation = lockstep(workers, "eval", args.segments)
-    for worker_ in workers.values():
-        worker_.close()
+    for process in workers.values():
+        process.close()
     tokens = BATCH * TGT_LEN * args.segments
-    summary = {impl: {**{k: v for k, v in worker_.info.items() if k != "impl"},
+    summary = {impl: {**{k: v for k, v in process.info.items() if k != "impl"},
                       "train_tokens_per_second": tokens / sum(train[impl]),
                       "eval_tokens_per_second": tokens / sum(evaluation[impl]),
                       "train_seconds": [round(t, 4) for t in train[impl]],
                       "eval_seconds": [round(t, 4) for t in evaluation[impl]]}
-               for impl, worker_ in workers.items()}
+               for impl, process in workers.items()}
     ratios = {f"ours/{impl}": {phase: statistics.median(peer / ours for ours, peer in zip(times["ours"], times[impl]))
                                for phase, times in (("train", train), ("eval", evaluation))}
               for impl in workers if impl != "ours"}

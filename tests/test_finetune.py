@@ -150,22 +150,17 @@ def test_labels_json_that_disagrees_with_the_task_table_is_refused(tmp_path, sha
         check_labels_file(tnews, tmp_path)
 
 
-def lora_config_file(folder, **overrides):
-    fields = {"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["query", "value"], **overrides}
-    path = folder / "lora.json"
-    path.write_text(json.dumps(fields))
-    return path
-
-
 def test_peft_config_trains_and_saves_only_the_adapter_and_the_head(tmp_path, tiny_classifier_dir, shared_data,
                                                                      capsys):
     from peft import AutoPeftModelForSequenceClassification
     from safetensors.torch import load_file
 
+    lora = tmp_path / "lora.json"
+    lora.write_text(json.dumps({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["query", "value"]}))
     out = tmp_path / "mrpc-lora"
-    code, _, stderr = _finetune(capsys, "glue", "mrpc", tiny_classifier_dir, out, "--peft-config",
-                                lora_config_file(tmp_path), "--data-dir", shared_data / "glue/MRPC", "--max_steps", 4,
-                                "--max_train_samples", 64, "--max_seq_length", 64, "--learning_rate", 1e-2)
+    code, _, stderr = _finetune(capsys, "glue", "mrpc", tiny_classifier_dir, out, "--peft-config", lora,
+                                "--data-dir", shared_data / "glue/MRPC", "--max_steps", 4, "--max_train_samples", 64,
+                                "--max_seq_length", 64, "--learning_rate", 1e-2)
     assert code == 0, stderr
     files = {p.name for p in out.iterdir()}
     assert {"adapter_config.json", "adapter_model.safetensors", "tokenizer.json", "eval_results.json"} <= files
