@@ -78,6 +78,11 @@ def build(impl):
         def step(segment, mems):
             outputs = model(segment, mems=mems, labels=segment)
             return outputs.loss, outputs.mems
+
+        if impl == "ours":  # the memory's key/value cache travels with it (returned under no_grad only)
+            def step(segment, memory):
+                outputs = model(segment, labels=segment, **(memory or {}))
+                return outputs.loss, {"mems": outputs.mems, "mem_key_values": outputs.mem_key_values}
     elif impl == "x_transformers":
         import torch.nn.functional as F
         from x_transformers import Decoder, TransformerWrapper

@@ -107,20 +107,22 @@ def test_memory_restarts_for_each_epoch_and_each_evaluation(tmp_path):
     original_forward = model.forward
 
     def recording_forward(*a, mems=None, **kw):
-        calls.append(("train" if model.training else "eval", mems is None))
+        calls.append(("train" if model.training else "eval", mems is None, kw.get("mem_key_values") is not None))
         return original_forward(*a, mems=mems, **kw)
 
     model.forward = recording_forward
     trainer = SegmentMemoryTrainer(model=model, args=args, train_dataset=train, eval_dataset=held_out,
                                    data_collator=default_data_collator)
     trainer.train()
-    train_calls = [empty for mode, empty in calls if mode == "train"]
+    assert not any(cached for mode, _, cached in calls if mode == "train")  # training recomputes keys and values
+    train_calls = [empty for mode, empty, _ in calls if mode == "train"]
     per_epoch = len(train)
     assert len(train_calls) == 2 * (per_epoch // 2)
     starts = [i for i, empty in enumerate(train_calls) if empty]
     assert starts == [0, per_epoch // 2]  # empty at each epoch's start only, not after the evaluations
     eval_segments = len(held_out) // 2
-    eval_calls = [empty for mode, empty in calls if mode == "eval"]
+    assert all(cached != empty for mode, empty, cached in calls if mode == "eval")  # the cache travels with mems
+    eval_calls = [empty for mode, empty, _ in calls if mode == "eval"]
     assert len(eval_calls) % eval_segments == 0 and len(eval_calls) >= eval_segments
     for start in range(0, len(eval_calls), eval_segments):  # every evaluation starts empty, then carries
         assert eval_calls[start:start + eval_segments] == [True] + [False] * (eval_segments - 1)

@@ -120,6 +120,50 @@ def test_memory_makes_a_segment_equal_to_one_longer_window(pre_lnorm):
     assert (without_memory.logits - whole.logits[:, 8:]).abs().max() > 1e-3  # the memory mattered
 
 
+@pytest.mark.parametrize("pre_lnorm, same_length", [(False, False), (True, True)])
+def test_memory_key_value_cache_changes_nothing_but_the_work(pre_lnorm, same_length):
+    """Under no_grad the memory's keys and values are carried instead of recomputed: same outputs."""
+    model = tiny_model(pre_lnorm=pre_lnorm, same_length=same_length, clamp_len=5, n_layer=3)
+    ids = torch.randint(0, 50, (2, 20))
+    cached, recomputed, memory, mems = [], [], {}, None
+    with torch.no_grad():
+        for segment in ids.split(4, dim=1):
+            outputs = model(segment, **memory)
+            memory = {"mems": outputs.mems, "mem_key_values": outputs.mem_key_values}
+            cached.append(outputs.logits)
+            plain = model(segment, mems=mems, use_cache=False)
+            assert plain.mem_key_values is None
+            mems = plain.mems
+            recomputed.append(plain.logits)
+    torch.testing.assert_close(torch.cat(cached, 1), torch.cat(recomputed, 1), rtol=0, atol=1e-6)
+    for attention, memory_rows, key_value in zip(model.transformer.layers, memory["mems"], memory["mem_key_values"]):
+        attention = attention.dec_attn
+        rows_in = attention.layer_norm(memory_rows) if pre_lnorm else memory_rows
+        expected = torch.nn.functional.linear(rows_in, attention.qkv_net.weight[16:])  # the key and value rows
+        assert key_value.shape == (2, 6, 32)
+        torch.testing.assert_close(key_value, expected, rtol=0, atol=1e-6)
+    with torch.no_grad():  # the cache is read, not recomputed: a wrong one changes the output
+        wrong = model(segment, mems=memory["mems"], mem_key_values=[kv * 0 for kv in memory["mem_key_values"]])
+        assert (wrong.logits - model(segment, **memory).logits).abs().max() > 1e-3
+
+
+def test_memory_key_value_cache_is_for_inference_and_belongs_to_its_mems():
+    model = tiny_model()
+    ids = torch.randint(0, 50, (2, 5))
+    with torch.no_grad():
+        cached = model(ids)
+    with pytest.raises(ValueError, match="under torch.no_grad"):  # training must recompute them
+        model(ids, mems=cached.mems, mem_key_values=cached.mem_key_values)
+    assert model(ids).mem_key_values is None and model(ids).mems is not None
+    with torch.no_grad():
+        with pytest.raises(ValueError, match="pass both"):
+            model(ids, mem_key_values=cached.mem_key_values)
+        with pytest.raises(ValueError, match=r"mem_key_values\[0\] has shape \(2, 5, 16\)"):
+            model(ids, mems=cached.mems, mem_key_values=[kv[..., :16] for kv in cached.mem_key_values])
+        with pytest.raises(ValueError, match="one tensor per layer"):
+            model(ids, mems=cached.mems, mem_key_values=cached.mem_key_values[:1])
+
+
 def test_memories_are_detached_per_layer_inputs_and_capped_at_mem_len():
     model = tiny_model(mem_len=4).train()  # dropout is 0
     ids = torch.randint(0, 50, (3, 6))
@@ -228,11 +272,15 @@ def test_remote_code_round_trip(tmp_path):
 def test_generate_with_memory_equals_recomputing_the_prefix():
     model = tiny_model(mem_len=64)
     prompt = torch.randint(1, 50, (2, 5))
-    fed = []
-    hook = model.transformer.register_forward_pre_hook(lambda module, args: fed.append(args[0].shape[1]))
+    fed, cache_read = [], []
+    hooks = [model.transformer.register_forward_pre_hook(lambda module, args: fed.append(args[0].shape[1])),
+             model.transformer.layers[0].dec_attn.register_forward_pre_hook(
+                 lambda module, args: cache_read.append(args[7] is not None))]
     with_memory = model.generate(prompt, max_new_tokens=12, do_sample=False, use_cache=True)
-    hook.remove()
+    for hook in hooks:
+        hook.remove()
     assert fed == [5] + [1] * 11  # the prompt once, then one token per step
+    assert cache_read == [False] + [True] * 11  # with the memory's keys and values carried
     recomputed = model.generate(prompt, max_new_tokens=12, do_sample=False, use_cache=False)
     assert with_memory.shape == (2, 17)
     assert torch.equal(with_memory, recomputed)

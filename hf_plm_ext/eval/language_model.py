@@ -28,14 +28,14 @@ def stream_perplexity(model, token_ids, tgt_len, batch_size=1, device=None) -> d
     device = device or next(model.parameters()).device
     segments = StreamSegments(token_ids, batch_size, tgt_len)
     model.eval()
-    total, count, mems = 0.0, 0, None
+    total, count, memory = 0.0, 0, {}
     started = time.perf_counter()
     for step in range(segments.n_segments):
         batch = [segments[step * batch_size + row] for row in range(batch_size)]
         input_ids = torch.stack([item["input_ids"] for item in batch]).to(device)
         targets = torch.stack([item["shift_labels"] for item in batch]).to(device)
-        outputs = model(input_ids, mems=mems, shift_labels=targets)
-        mems = outputs.mems
+        outputs = model(input_ids, shift_labels=targets, **memory)
+        memory = {"mems": outputs.mems, "mem_key_values": outputs.mem_key_values}
         total += outputs.losses.double().sum().item()
         count += targets.numel()
     loss = total / count

@@ -4,7 +4,8 @@ transformers 5 removed the Trainer's ``past_index`` (Transformer-XL's memory sup
 memory lives on the Trainer: each batch gets the previous batch's ``mems`` and leaves its own.
 Training and evaluation keep separate memories; evaluation starts empty every time (and leaves
 the training memory alone: the training streams go on where they were), training starts empty
-at every epoch. With gradient accumulation every micro-batch continues the one before, exactly
+at every epoch. In evaluation the model's ``mem_key_values`` (if it returns them) travel with the
+``mems``. With gradient accumulation every micro-batch continues the one before, exactly
 as without it. The data must come in stream order (:class:`~hf_plm_ext.data.segment_streams.StreamSegments`
 with ``train_sampling_strategy="sequential"``). Memories are not checkpointed: a resumed run
 starts its streams with an empty memory.
@@ -36,9 +37,11 @@ class SegmentMemoryTrainer(SubLossTrainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         slot = "train" if model.training else "eval"
-        loss, outputs = super().compute_loss(model, {**inputs, "mems": self.memory[slot]}, return_outputs=True,
+        loss, outputs = super().compute_loss(model, {**inputs, **(self.memory[slot] or {})}, return_outputs=True,
                                              num_items_in_batch=num_items_in_batch)
-        self.memory[slot] = outputs["mems"]
+        self.memory[slot] = {"mems": outputs["mems"]}
+        if outputs.get("mem_key_values") is not None:  # evaluation's cache of the memory's keys and values
+            self.memory[slot]["mem_key_values"] = outputs["mem_key_values"]
         return (loss, outputs) if return_outputs else loss
 
     def evaluate(self, *args, **kwargs):

@@ -44,7 +44,7 @@ class TransfoXLConfig(PreTrainedConfig):
     """
 
     model_type = "transfo-xl"
-    keys_to_ignore_at_inference = ["mems"]
+    keys_to_ignore_at_inference = ["mems", "mem_key_values"]
     attribute_map = {"n_token": "vocab_size", "hidden_size": "d_model", "num_attention_heads": "n_head",
                      "num_hidden_layers": "n_layer"}
 

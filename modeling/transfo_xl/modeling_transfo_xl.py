@@ -37,12 +37,16 @@ class TransfoXLModelOutput(ModelOutput):
         last_hidden_state: ``[batch, seq, d_model]``.
         mems: ``n_layer`` tensors ``[batch, min(mem_len, memory + seq), d_model]`` to pass as the
             next segment's ``mems`` (detached); ``None`` when ``mem_len`` is 0.
+        mem_key_values: ``n_layer`` tensors ``[batch, min(mem_len, memory + seq), 2 * n_head * d_head]``,
+            the keys and values of ``mems`` (the cache to pass as the next segment's ``mem_key_values``);
+            only under ``torch.no_grad()`` and ``use_cache`` not False, else ``None``.
         hidden_states: ``n_layer + 1`` tensors ``[batch, seq, d_model]`` with ``output_hidden_states``.
         attentions: ``n_layer`` tensors ``[batch, n_head, seq, memory + seq]`` with ``output_attentions``.
     """
 
     last_hidden_state: torch.Tensor | None = None
     mems: list[torch.Tensor] | None = None
+    mem_key_values: list[torch.Tensor] | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
 
@@ -57,13 +61,14 @@ class TransfoXLLMHeadModelOutput(ModelOutput):
             ``targets`` is ``seq - 1`` with ``labels``, ``seq`` with ``shift_labels``.
         logits: ``[batch, seq, vocab_size]``: scores with a plain softmax; log-probabilities with the
             adaptive softmax, whose full vocabulary is only computed when no labels are given.
-        mems, hidden_states, attentions: as in :class:`TransfoXLModelOutput`.
+        mems, mem_key_values, hidden_states, attentions: as in :class:`TransfoXLModelOutput`.
     """
 
     loss: torch.Tensor | None = None
     losses: torch.Tensor | None = None
     logits: torch.Tensor | None = None
     mems: list[torch.Tensor] | None = None
+    mem_key_values: list[torch.Tensor] | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
 
@@ -192,9 +197,10 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
         return x.view(x.shape[0], x.shape[1], self.n_head, self.d_head).transpose(1, 2)
 
     def forward(self, hidden, position_embeddings, mask, memory=None, r_w_bias=None, r_r_bias=None,
-                output_attentions=False):
+                output_attentions=False, memory_key_value=None):
         """hidden ``[b, q, d]``, position_embeddings ``[k, d]``, mask ``[q, k]`` (True = blocked),
-        memory ``[b, m, d]`` or None -> ``([b, q, d], [b, heads, q, k] or None)``."""
+        memory ``[b, m, d]`` or None, memory_key_value ``[b, m, 2 * heads * d_head]`` (the memory's keys
+        and values, if already known) -> ``([b, q, d], [b, heads, q, k] or None, [b, k, 2 * heads * d_head])``."""
         if r_w_bias is None:
             r_w_bias, r_r_bias = self.r_w_bias, self.r_r_bias
         segment_in = self.layer_norm(hidden) if self.pre_lnorm else hidden
@@ -204,9 +210,11 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
                                                                    2 * self.n_head * self.d_head])
         query = self._heads(F.linear(segment_in, query_weight))
         key_value = F.linear(segment_in, key_value_weight)
-        if memory is not None:
+        if memory is not None and memory_key_value is None:
             memory_in = self.layer_norm(memory) if self.pre_lnorm else memory
-            key_value = torch.cat([F.linear(memory_in, key_value_weight), key_value], dim=1)
+            memory_key_value = F.linear(memory_in, key_value_weight)
+        if memory_key_value is not None:
+            key_value = torch.cat([memory_key_value, key_value], dim=1)
         key, value = (self._heads(t) for t in key_value.chunk(2, dim=-1))
         position_keys = self.r_net(position_embeddings).view(-1, self.n_head, self.d_head)
         if output_attentions or self.config._attn_implementation == "eager":
@@ -223,7 +231,7 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
             probs = None
         attended = self.drop(self.o_net(context.transpose(1, 2).flatten(2)))
         output = hidden + attended if self.pre_lnorm else self.layer_norm(hidden + attended)
-        return output, probs
+        return output, probs, key_value
 
 
 class RelPartialLearnableDecoderLayer(nn.Module):
@@ -233,10 +241,10 @@ class RelPartialLearnableDecoderLayer(nn.Module):
         self.pos_ff = PositionwiseFF(config)
 
     def forward(self, hidden, position_embeddings, mask, memory=None, r_w_bias=None, r_r_bias=None,
-                output_attentions=False):
-        hidden, probs = self.dec_attn(hidden, position_embeddings, mask, memory, r_w_bias, r_r_bias,
-                                      output_attentions)
-        return self.pos_ff(hidden), probs
+                output_attentions=False, memory_key_value=None):
+        hidden, probs, key_value = self.dec_attn(hidden, position_embeddings, mask, memory, r_w_bias, r_r_bias,
+                                                 output_attentions, memory_key_value)
+        return self.pos_ff(hidden), probs, key_value
 
 
 def cluster_bounds(cutoffs: list[int], vocab_size: int) -> list[tuple[int, int]]:
@@ -434,6 +442,21 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
                     f"(equal for every layer), d_model={self.config.d_model}]. Memories are batch-first and belong "
                     f"to the batch that produced them: reset them (mems=None) when the batch changes")
 
+    def _check_mem_key_values(self, mem_key_values, mems):
+        if torch.is_grad_enabled():
+            raise ValueError("mem_key_values are an inference cache: pass them under torch.no_grad(). With gradients "
+                             "the memory's keys and values are recomputed, so that their projection is trained")
+        if mems is None:
+            raise ValueError("mem_key_values belong to the mems that produced them: pass both")
+        if len(mem_key_values) != len(mems):
+            raise ValueError(f"mem_key_values must hold one tensor per layer ({len(mems)}), got {len(mem_key_values)}")
+        width = 2 * self.config.n_head * self.config.d_head
+        for i, (key_value, memory) in enumerate(zip(mem_key_values, mems)):
+            if tuple(key_value.shape) != (*memory.shape[:2], width):
+                raise ValueError(f"mem_key_values[{i}] has shape {tuple(key_value.shape)}; expected "
+                                 f"{(*memory.shape[:2], width)}: the keys and values of mems[{i}] "
+                                 f"[batch, memory length, 2 * n_head * d_head]")
+
     def _updated_mems(self, layer_inputs, mems):
         """The last ``mem_len`` inputs of each layer over ``[memory; segment]``, without gradient."""
         mem_len = self.config.mem_len
@@ -445,10 +468,16 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
             return [torch.cat([m, h], dim=1)[:, -mem_len:].detach() for m, h in zip(mems, layer_inputs)]
 
     def forward(self, input_ids=None, mems=None, inputs_embeds=None, attention_mask=None, output_attentions=None,
-                output_hidden_states=None, return_dict=None, **kwargs) -> TransfoXLModelOutput:
+                output_hidden_states=None, return_dict=None, mem_key_values=None, use_cache=None,
+                **kwargs) -> TransfoXLModelOutput:
         """input_ids ``[batch, seq]`` (or inputs_embeds ``[batch, seq, d_model]``); mems from the previous
         segment's output. ``attention_mask`` may only mark every token (Transformer-XL has no padding
-        mask: pad on the right, where causal attention never reaches)."""
+        mask: pad on the right, where causal attention never reaches).
+
+        ``mem_key_values`` (the previous output's, with its ``mems``) spares recomputing the memory's keys
+        and values, as ``past_key_values`` do elsewhere in transformers: valid only while the weights are
+        unchanged, so only under ``torch.no_grad()`` (evaluation, generation). ``use_cache=False`` returns none.
+        """
         output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
         output_hidden_states = (output_hidden_states if output_hidden_states is not None
                                 else self.config.output_hidden_states)
@@ -464,6 +493,9 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
         if mems is not None:
             self._check_mems(mems, batch_size)
             mems = [m.to(hidden.dtype) for m in mems]
+        if mem_key_values is not None:
+            self._check_mem_key_values(mem_key_values, mems)
+            mem_key_values = [key_value.to(hidden.dtype) for key_value in mem_key_values]
         mlen = 0 if mems is None else mems[0].shape[1]
         klen = mlen + qlen
         mask = causal_memory_mask(qlen, mlen, self.config.mem_len, self.config.same_length, hidden.device)
@@ -473,16 +505,22 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
         position_embeddings = self.drop(self.pos_emb(distances).to(hidden.dtype))
         hidden = self.drop(hidden)
         shared_biases = () if self.config.untie_r else (self.r_w_bias, self.r_r_bias)
-        layer_inputs, attentions = [], []
+        layer_inputs, attentions, key_values = [], [], []
         for i, layer in enumerate(self.layers):
             layer_inputs.append(hidden)
-            hidden, probs = layer(hidden, position_embeddings, mask, None if mems is None else mems[i],
-                                  *shared_biases, output_attentions=output_attentions)
+            hidden, probs, key_value = layer(
+                hidden, position_embeddings, mask, None if mems is None else mems[i], *shared_biases,
+                output_attentions=output_attentions,
+                memory_key_value=None if mem_key_values is None else mem_key_values[i])
             attentions.append(probs)
+            key_values.append(key_value)
         new_mems = self._updated_mems(layer_inputs, mems)
+        # key_values cover [memory; segment], the rows of the new mems: their last mem_len are its cache
+        caching = new_mems is not None and use_cache is not False and not torch.is_grad_enabled()
         hidden = self.drop(hidden)
         return TransfoXLModelOutput(
             last_hidden_state=hidden, mems=new_mems,
+            mem_key_values=[key_value[:, -self.config.mem_len:] for key_value in key_values] if caching else None,
             hidden_states=tuple(layer_inputs) + (hidden,) if output_hidden_states else None,
             attentions=tuple(attentions) if output_attentions else None)
 
@@ -524,30 +562,33 @@ class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
         model_kwargs = super()._update_model_kwargs_for_generation(outputs, model_kwargs, is_encoder_decoder,
                                                                    num_new_tokens)
         if model_kwargs.get("use_cache", True):
-            model_kwargs["mems"] = outputs.mems
+            model_kwargs["mems"], model_kwargs["mem_key_values"] = outputs.mems, outputs.mem_key_values
         return model_kwargs
 
-    def prepare_inputs_for_generation(self, input_ids, next_sequence_length=None, mems=None, **kwargs):
+    def prepare_inputs_for_generation(self, input_ids, next_sequence_length=None, mems=None, mem_key_values=None,
+                                      **kwargs):
         """With memory, each step feeds only the new token (generate's ``use_cache``)."""
         if mems is None and next_sequence_length is not None and input_ids.shape[1] > next_sequence_length:
             next_sequence_length = None  # memory off (mem_len 0): recompute over the whole prefix
         inputs = super().prepare_inputs_for_generation(input_ids, next_sequence_length=next_sequence_length,
                                                        **kwargs)
-        inputs["mems"] = mems  # a padding attention_mask is refused in forward
+        inputs["mems"], inputs["mem_key_values"] = mems, mem_key_values  # a padding attention_mask is refused
         return inputs
 
     def forward(self, input_ids=None, mems=None, labels=None, shift_labels=None, inputs_embeds=None,
                 attention_mask=None, output_attentions=None, output_hidden_states=None, return_dict=None,
-                use_cache=None, **kwargs) -> TransfoXLLMHeadModelOutput:
+                use_cache=None, mem_key_values=None, **kwargs) -> TransfoXLLMHeadModelOutput:
         """Args:
             input_ids: ``[batch, seq]``; mems: the previous segment's ``mems`` (or None).
+            mem_key_values, use_cache: the memory's key/value cache, see :meth:`TransfoXLModel.forward`.
             labels: ``[batch, seq]``, usually ``input_ids``; position ``t`` predicts ``labels[t + 1]``.
             shift_labels: ``[batch, seq]`` targets already shifted (position ``t`` predicts
                 ``shift_labels[t]``), e.g. the next segment's first token at the last position.
                 -100 is ignored in both.
         """
         outputs = self.transformer(input_ids, mems=mems, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
-                                   output_attentions=output_attentions, output_hidden_states=output_hidden_states)
+                                   output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+                                   mem_key_values=mem_key_values, use_cache=use_cache)
         hidden = outputs.last_hidden_state
         if labels is not None and shift_labels is not None:
             raise ValueError("give labels or shift_labels, not both")
@@ -572,6 +613,7 @@ class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
             if labels is not None:
                 losses = losses[:, :-1]
         return TransfoXLLMHeadModelOutput(loss=loss, losses=losses, logits=logits, mems=outputs.mems,
+                                          mem_key_values=outputs.mem_key_values,
                                           hidden_states=outputs.hidden_states, attentions=outputs.attentions)
 
 
