@@ -8,7 +8,8 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
 
 from hf_plm_ext import TransfoXLConfig, TransfoXLForSequenceClassification, TransfoXLLMHeadModel
-from hf_plm_ext.modeling.transfo_xl.modeling_transfo_xl import Dropout, relative_attention_scores, sinusoid_embeddings
+from hf_plm_ext.modeling.transfo_xl.modeling_transfo_xl import (Dropout, SoftmaxNLL, relative_attention_scores,
+                                                              sinusoid_embeddings)
 
 from conftest import fresh_python
 
@@ -200,6 +201,23 @@ def test_shift_labels_predict_every_position_and_labels_all_but_the_first():
     partial = model(ids, shift_labels=ignored)
     assert (partial.losses[:, :3] == 0).all()
     torch.testing.assert_close(partial.loss, expected[:, 3:].mean())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_softmax_nll_equals_cross_entropy_in_value_and_gradient(dtype):
+    scores = (torch.randn(12, 30) * 3).to(dtype).requires_grad_()
+    targets = torch.randint(0, 30, (12,))
+    targets[[2, 7]] = -100
+    weights = torch.rand(12)  # an upstream gradient that differs per token
+    ours = SoftmaxNLL.apply(scores, targets)
+    (ours * weights).sum().backward()
+    ours_grad, scores.grad = scores.grad, None
+    reference = torch.nn.functional.cross_entropy(scores.float(), targets, ignore_index=-100, reduction="none")
+    (reference * weights).sum().backward()
+    assert ours.dtype == torch.float32 and ours_grad.dtype == dtype
+    torch.testing.assert_close(ours, reference, rtol=0, atol=1e-6)
+    torch.testing.assert_close(ours_grad, scores.grad, rtol=0, atol=1e-6 if dtype == torch.float32 else 1e-2)
+    assert torch.all(ours_grad[[2, 7]] == 0)
 
 
 def test_adaptive_softmax_is_a_distribution_and_its_loss_matches_it():
