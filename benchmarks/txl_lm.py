@@ -7,7 +7,8 @@ the attention probabilities: transformers' ``dropatt`` default 0.0, so x-transfo
 Training = consecutive segments with the detached memory carried, forward + backward + AdamW;
 evaluation = the same segments under ``no_grad``. GPT-2 sees each 128-token segment alone.
 
-* ``ours``: ``hf_plm_ext.TransfoXLLMHeadModel``.
+* ``ours``: ``hf_plm_ext.TransfoXLLMHeadModel``; in evaluation its ``mem_key_values`` go back with the
+  ``mems``, so the memory's keys and values are not recomputed (the peers have no such cache).
 * ``legacy``: transformers 4.37.2 ``TransfoXLLMHeadModel`` (``cutoffs=[]``: a plain tied softmax), run
   with ``--legacy-python`` (a virtual environment with transformers==4.37.2; recipe in peers.md).
 * ``x_transformers``: ``TransformerWrapper(max_mem_len=128)`` + ``Decoder(rel_pos_bias=True)``
