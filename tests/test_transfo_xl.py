@@ -106,6 +106,24 @@ def test_sdpa_and_explicit_attention_agree(same_length):
         assert torch.equal(seen[0, 0], torch.arange(7, 14))
 
 
+@pytest.mark.parametrize("dropatt", [0.0, 0.5])
+def test_training_attention_path_gives_the_eager_loss_and_gradients(dropatt):
+    """With gradients on a CPU the sdpa implementation runs its own three products; eager is the reference."""
+    ids = torch.randint(0, 50, (2, 7))
+    results = {}
+    for implementation in ("sdpa", "eager"):
+        model = tiny_model(same_length=True, clamp_len=3, dropatt=dropatt).train()
+        model.set_attn_implementation(implementation)
+        mems = model(ids).mems
+        torch.manual_seed(1)  # the same attention-dropout masks
+        loss = model(ids, mems=mems, labels=ids).loss
+        loss.backward()
+        results[implementation] = loss, {name: p.grad for name, p in model.named_parameters()}
+    torch.testing.assert_close(results["sdpa"][0], results["eager"][0], rtol=0, atol=1e-5)
+    for name, grad in results["eager"][1].items():
+        torch.testing.assert_close(results["sdpa"][1][name], grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
 @pytest.mark.parametrize("pre_lnorm", [False, True])
 def test_memory_makes_a_segment_equal_to_one_longer_window(pre_lnorm):
     """Segment 2 with segment 1 as memory = the last tokens of segment 1 + 2 in one window (mem_len covers it)."""

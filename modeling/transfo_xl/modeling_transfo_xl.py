@@ -251,9 +251,16 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
             position = torch.einsum("bhqd,khd->bhqk", (query + r_r_bias[:, None]) * self.scale, position_keys)
             blocked = torch.zeros(mask.shape, dtype=position.dtype, device=mask.device).masked_fill_(mask, -math.inf)
             bias = rel_shift(position) + blocked  # one pass over [b, h, q, k]; masked_fill would copy, then fill
-            context = F.scaled_dot_product_attention(query + r_w_bias[:, None], key, value, attn_mask=bias,
-                                                     dropout_p=self.dropatt.p if self.training else 0.0,
-                                                     scale=self.scale)
+            if torch.is_grad_enabled() and hidden.device.type == "cpu":
+                # SDPA's CPU backward takes its math path (extra scaling, a "safe" softmax); three products are cheaper
+                batch, heads, qlen, klen = bias.shape
+                scores = torch.baddbmm(bias.view(batch * heads, qlen, klen), (query + r_w_bias[:, None]).flatten(0, 1),
+                                       key.flatten(0, 1).transpose(1, 2), alpha=self.scale)
+                context = torch.bmm(self.dropatt(scores.softmax(-1)), value.flatten(0, 1)).view(batch, heads, qlen, -1)
+            else:
+                context = F.scaled_dot_product_attention(query + r_w_bias[:, None], key, value, attn_mask=bias,
+                                                         dropout_p=self.dropatt.p if self.training else 0.0,
+                                                         scale=self.scale)
             probs = None
         attended = self.drop(self.o_net(context.transpose(1, 2).flatten(2)))
         output = hidden + attended if self.pre_lnorm else self.layer_norm(hidden + attended)
