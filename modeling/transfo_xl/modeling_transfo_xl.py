@@ -252,7 +252,7 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
             blocked = torch.zeros(mask.shape, dtype=position.dtype, device=mask.device).masked_fill_(mask, -math.inf)
             bias = rel_shift(position) + blocked  # one pass over [b, h, q, k]; masked_fill would copy, then fill
             if torch.is_grad_enabled() and hidden.device.type == "cpu":
-                # SDPA's CPU backward takes its math path (extra scaling, a "safe" softmax); three products are cheaper
+                # SDPA's CPU backward takes its math path (extra scaling, a "safe" softmax): these three ops cost less
                 batch, heads, qlen, klen = bias.shape
                 scores = torch.baddbmm(bias.view(batch * heads, qlen, klen), (query + r_w_bias[:, None]).flatten(0, 1),
                                        key.flatten(0, 1).transpose(1, 2), alpha=self.scale)
