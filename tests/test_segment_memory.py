@@ -128,6 +128,20 @@ def test_memory_restarts_for_each_epoch_and_each_evaluation(tmp_path):
         assert eval_calls[start:start + eval_segments] == [True] + [False] * (eval_segments - 1)
 
 
+def test_trainer_runs_without_memory_when_mem_len_is_0(tmp_path):
+    tokens = torch.randint(0, 40, (120,), generator=torch.Generator().manual_seed(4))
+    train, held_out = StreamSegments(tokens[:90], 2, 6), StreamSegments(tokens[90:], 2, 6)
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=2, per_device_eval_batch_size=2,
+                             max_steps=3, train_sampling_strategy="sequential", report_to="none",
+                             remove_unused_columns=False, use_cpu=True, save_strategy="no",
+                             label_names=["shift_labels"], prediction_loss_only=True, disable_tqdm=True)
+    trainer = SegmentMemoryTrainer(model=tiny_xl(mem_len=0), args=args, train_dataset=train, eval_dataset=held_out,
+                                   data_collator=default_data_collator)
+    trainer.train()
+    assert trainer.memory["train"] == {"mems": None}
+    assert math.isfinite(trainer.evaluate()["eval_loss"])
+
+
 def test_stream_perplexity_counts_every_token_once_and_memory_reproduces_one_window():
     model = tiny_xl(mem_len=64).eval()
     tokens = torch.randint(0, 40, (41,), generator=torch.Generator().manual_seed(3))

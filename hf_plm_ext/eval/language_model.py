@@ -15,6 +15,7 @@ import torch
 
 from hf_plm_ext.data.segment_streams import StreamSegments, tokenize_stream
 from hf_plm_ext.errors import UserInputError
+from hf_plm_ext.training.segment_memory import carried_memory
 
 
 def is_character_level(tokenizer) -> bool:
@@ -35,7 +36,7 @@ def stream_perplexity(model, token_ids, tgt_len, batch_size=1, device=None) -> d
         input_ids = torch.stack([item["input_ids"] for item in batch]).to(device)
         targets = torch.stack([item["shift_labels"] for item in batch]).to(device)
         outputs = model(input_ids, shift_labels=targets, **memory)
-        memory = {"mems": outputs.mems, "mem_key_values": outputs.mem_key_values}
+        memory = carried_memory(outputs)
         total += outputs.losses.double().sum().item()
         count += targets.numel()
     loss = total / count

@@ -16,6 +16,15 @@ from transformers import TrainerCallback
 from hf_plm_ext.training.trainer import SubLossTrainer
 
 
+def carried_memory(outputs) -> dict:
+    """The next segment's memory arguments from a model's outputs: ``mems``, and ``mem_key_values`` when
+    the model returned them (its key/value cache, under ``no_grad`` only)."""
+    memory = {"mems": outputs.get("mems")}
+    if outputs.get("mem_key_values") is not None:
+        memory["mem_key_values"] = outputs["mem_key_values"]
+    return memory
+
+
 class ForgetAtEpochStart(TrainerCallback):
     def __init__(self, memory: dict):
         self.memory = memory
@@ -39,9 +48,7 @@ class SegmentMemoryTrainer(SubLossTrainer):
         slot = "train" if model.training else "eval"
         loss, outputs = super().compute_loss(model, {**inputs, **(self.memory[slot] or {})}, return_outputs=True,
                                              num_items_in_batch=num_items_in_batch)
-        self.memory[slot] = {"mems": outputs["mems"]}
-        if outputs.get("mem_key_values") is not None:  # evaluation's cache of the memory's keys and values
-            self.memory[slot]["mem_key_values"] = outputs["mem_key_values"]
+        self.memory[slot] = carried_memory(outputs)
         return (loss, outputs) if return_outputs else loss
 
     def evaluate(self, *args, **kwargs):
