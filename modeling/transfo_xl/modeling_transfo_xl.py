@@ -498,7 +498,8 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
         with torch.no_grad():
             if mems is None:
                 return [h[:, -mem_len:].detach() for h in layer_inputs]
-            return [torch.cat([m, h], dim=1)[:, -mem_len:].detach() for m, h in zip(mems, layer_inputs)]
+            return [(h if h.shape[1] >= mem_len else torch.cat([m, h], dim=1))[:, -mem_len:].detach()
+                    for m, h in zip(mems, layer_inputs)]
 
     def forward(self, input_ids=None, mems=None, inputs_embeds=None, attention_mask=None, output_attentions=None,
                 output_hidden_states=None, return_dict=None, mem_key_values=None, use_cache=None,
