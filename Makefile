@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: install demo test test-slow bench clean
+.PHONY: install demo test test-slow test-cuda bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,10 +21,13 @@ demo: $(STAMP)
 	$(VENV)/bin/hf-plm-ext demo
 
 test: $(STAMP)
-	$(PY) -m pytest -m "not slow" -q
+	$(PY) -m pytest -m "not slow and not cuda" -q
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -m slow -q
+
+test-cuda: $(STAMP)
+	$(PY) -m pytest -m cuda -q
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

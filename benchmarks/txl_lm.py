@@ -29,7 +29,10 @@ Generation (ours only): greedy decoding of 512 tokens after a 16-token prompt, b
 
     .venv/bin/python benchmarks/txl_lm.py --legacy-python /tmp/v4/bin/python [--segments 60]
 
-Writes benchmarks/results/txl_lm.json and .md.
+Writes benchmarks/results/txl_lm.json and .md. ``--device cuda`` runs every implementation on the GPU
+(timed with ``torch.cuda.synchronize``; peak memory = the rise of ``max_memory_allocated``), ``--bf16``
+under ``torch.autocast(dtype=bfloat16)``, ``--threads N`` sets ``torch.set_num_threads`` in each
+worker; results other than CPU float32 go to ``txl_lm_<device>[_bf16].json`` / ``.md``.
 """
 
 import argparse
@@ -111,41 +114,57 @@ def build(impl):
     return model, step
 
 
-def worker(impl):
+def worker(impl, device, bf16, threads):
     """Build ``impl``, run the warm-up, then one segment per command read from stdin (answers start with @@)."""
+    import contextlib
+
     import torch
 
+    if threads:
+        torch.set_num_threads(threads)
     torch.manual_seed(0)
     model, step = build(impl)
+    model.to(device)
+    cuda = device.startswith("cuda")
+    precision = torch.autocast(device.split(":")[0], dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
     stream = torch.Generator().manual_seed(1)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     mems = None
 
     def run(command):
         nonlocal mems
-        segment = torch.randint(0, VOCAB, (BATCH, TGT_LEN), generator=stream)
+        segment = torch.randint(0, VOCAB, (BATCH, TGT_LEN), generator=stream).to(device)
+        if cuda:
+            torch.cuda.synchronize()
         started = time.perf_counter()
         if command == "train":
             model.train()
-            loss, mems = step(segment, mems)
+            with precision:
+                loss, mems = step(segment, mems)
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
         else:
             model.eval()
-            with torch.no_grad():
+            with torch.no_grad(), precision:
                 _, mems = step(segment, mems)
+        if cuda:
+            torch.cuda.synchronize()
         return time.perf_counter() - started
 
     def answer(value):
         print("@@" + json.dumps(value), flush=True)
 
-    glibc_returns_memory(True)
-    before = vm_kib("VmRSS")
-    Path("/proc/self/clear_refs").write_text("5")
+    if cuda:  # the same keys as on the CPU: KiB of device memory allocated
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated() / 1024
+    else:
+        glibc_returns_memory(True)
+        before = vm_kib("VmRSS")
+        Path("/proc/self/clear_refs").write_text("5")
     for _ in range(WARMUP):
         run("train")
-    peak = vm_kib("VmHWM")
+    peak = torch.cuda.max_memory_allocated() / 1024 if cuda else vm_kib("VmHWM")
     glibc_returns_memory(False)
     answer({"impl": impl, "parameters": sum(p.numel() for p in model.parameters()),
             "train_peak_rss_mib": peak / 1024, "train_peak_rss_rise_mib": (peak - before) / 1024})
@@ -159,8 +178,8 @@ def worker(impl):
 
 
 class Worker:
-    def __init__(self, impl, python):
-        self.process = subprocess.Popen([python, __file__, "--worker", impl], stdin=subprocess.PIPE,
+    def __init__(self, impl, python, options):
+        self.process = subprocess.Popen([python, __file__, "--worker", impl, *options], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, text=True)
         self.info = self._read()
 
@@ -190,7 +209,7 @@ def lockstep(workers, command, segments):
     return seconds
 
 
-def generation(new_tokens=512, prompt_length=16):
+def generation(device, new_tokens=512, prompt_length=16):
     import torch
 
     from hf_plm_ext import TransfoXLConfig, TransfoXLLMHeadModel
@@ -199,13 +218,13 @@ def generation(new_tokens=512, prompt_length=16):
     config = TransfoXLConfig(vocab_size=VOCAB, adaptive=False, div_val=1, d_model=D_MODEL, d_embed=D_MODEL,
                              n_head=HEADS, d_head=D_MODEL // HEADS, d_inner=D_INNER, n_layer=LAYERS,
                              mem_len=new_tokens + prompt_length, clamp_len=-1, same_length=False, eos_token_id=None)
-    model = TransfoXLLMHeadModel(config).eval()
-    prompt = torch.randint(0, VOCAB, (1, prompt_length), generator=torch.Generator().manual_seed(2))
+    model = TransfoXLLMHeadModel(config).to(device).eval()
+    prompt = torch.randint(0, VOCAB, (1, prompt_length), generator=torch.Generator().manual_seed(2)).to(device)
     out, seconds = {}, {}
     for use_cache in (True, False):
         started = time.perf_counter()
         out[use_cache] = model.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                                        do_sample=False, use_cache=use_cache)
+                                        do_sample=False, use_cache=use_cache).cpu()
         seconds[use_cache] = time.perf_counter() - started
     return {"new_tokens": new_tokens, "prompt_tokens": prompt_length, "seconds_with_memory": seconds[True],
             "seconds_recomputing": seconds[False], "speedup": seconds[False] / seconds[True],
@@ -216,15 +235,19 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--legacy-python", help="python of a transformers==4.37.2 environment (omit: skip legacy)")
     parser.add_argument("--segments", type=int, default=60, help="timed segments per implementation and phase")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    parser.add_argument("--bf16", action="store_true", help="run the segments under bfloat16 autocast")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads per worker (default: torch's)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args.worker)
+        worker(args.worker, args.device, args.bf16, args.threads)
         return
+    options = ["--device", args.device, "--threads", str(args.threads)] + ["--bf16"] * args.bf16
     pythons = {"ours": sys.executable, "x_transformers": sys.executable, "gpt2": sys.executable}
     if args.legacy_python:
         pythons["legacy"] = args.legacy_python
-    workers = {impl: Worker(impl, python) for impl, python in pythons.items()}  # warm-ups one after another
+    workers = {impl: Worker(impl, python, options) for impl, python in pythons.items()}  # warm-ups one after another
     train = lockstep(workers, "train", args.segments)
     for process in workers.values():
         process.ask("forget")
@@ -242,12 +265,16 @@ def main():
     ratios = {f"ours/{impl}": {phase: statistics.median(peer / ours for ours, peer in zip(times["ours"], times[impl]))
                                for phase, times in (("train", train), ("eval", evaluation))}
               for impl in workers if impl != "ours"}
-    generate = generation()
+    generate = generation(args.device)
     print(f"generation: {generate}", flush=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "txl_lm.json").write_text(json.dumps({"segments": args.segments, "summary": summary,
-                                                     "ratios": ratios, "generation": generate}, indent=2) + "\n")
-    lines = ["| implementation | parameters | train tokens/s | eval tokens/s | train peak RSS (MiB) | "
+    name = "txl_lm" if args.device == "cpu" and not args.bf16 else f"txl_lm_{args.device}" + "_bf16" * args.bf16
+    (RESULTS / f"{name}.json").write_text(json.dumps({"segments": args.segments, "device": args.device,
+                                                      "bf16": args.bf16, "threads": args.threads,
+                                                      "summary": summary, "ratios": ratios, "generation": generate},
+                                                     indent=2) + "\n")
+    memory = "allocated on the GPU" if args.device != "cpu" else "RSS"
+    lines = [f"| implementation | parameters | train tokens/s | eval tokens/s | train peak, {memory} (MiB) | "
              "rise over 2 warm-up segments (MiB) |", "|---|---:|---:|---:|---:|---:|"]
     for impl, row in summary.items():
         lines.append(f"| {impl} | {row['parameters']:,.0f} | {row['train_tokens_per_second']:.0f} | "
@@ -259,7 +286,7 @@ def main():
                   f"{generate['seconds_with_memory']:.2f} s, recomputing {generate['seconds_recomputing']:.2f} s "
                   f"({generate['speedup']:.1f}x; same tokens: {generate['same_tokens']})."]
     text = "\n".join(lines) + "\n"
-    (RESULTS / "txl_lm.md").write_text(text)
+    (RESULTS / f"{name}.md").write_text(text)
     print(text)
 
 
