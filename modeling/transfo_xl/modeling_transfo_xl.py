@@ -242,6 +242,8 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
         if memory_key_value is not None:
             key_value = torch.cat([memory_key_value, key_value], dim=1)
         key, value = (self._heads(t) for t in key_value.chunk(2, dim=-1))
+        # under autocast the projections are bfloat16 while the float32 biases would promote the queries back
+        r_w_bias, r_r_bias = r_w_bias.to(query.dtype), r_r_bias.to(query.dtype)
         position_keys = self.r_net(position_embeddings).view(-1, self.n_head, self.d_head)
         if output_attentions or self.config._attn_implementation == "eager":
             scores = relative_attention_scores(query, key, position_keys, r_w_bias, r_r_bias) * self.scale
@@ -318,7 +320,8 @@ class AdaptiveEmbedding(nn.Module):
         for (start, end), layer, projection in zip(self.bounds, self.emb_layers, self.emb_projs):
             rows = ((flat_ids >= start) & (flat_ids < end)).nonzero().squeeze(1)
             if rows.numel():
-                embedded = embedded.index_copy(0, rows, F.linear(layer(flat_ids[rows] - start), projection))
+                cluster_embedded = F.linear(layer(flat_ids[rows] - start), projection)  # bfloat16 under autocast
+                embedded = embedded.index_copy(0, rows, cluster_embedded.to(embedded.dtype))
         return embedded.view(*input_ids.shape, self.d_model) * self.scale
 
 
