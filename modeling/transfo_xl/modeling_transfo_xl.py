@@ -151,7 +151,9 @@ class Dropout(nn.Dropout):
     """
 
     def forward(self, input):
-        if not self.training or self.p == 0 or input.device.type != "cpu":
+        if not self.training or self.p == 0:
+            return input
+        if input.device.type != "cpu":
             return F.dropout(input, self.p, self.training, self.inplace)
         dropped_codes = round(self.p * 65536)
         if dropped_codes == 65536:
@@ -233,9 +235,9 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
     def _heads(self, x):
         return x.view(x.shape[0], x.shape[1], self.n_head, self.d_head).transpose(1, 2)
 
-    def forward(self, hidden, position_embeddings, mask, memory=None, r_w_bias=None, r_r_bias=None,
+    def forward(self, hidden, position_embeddings, attention_bias, memory=None, r_w_bias=None, r_r_bias=None,
                 output_attentions=False, memory_key_value=None):
-        """hidden ``[b, q, d]``, position_embeddings ``[k, d]``, mask ``[q, k]`` (True = blocked),
+        """hidden ``[b, q, d]``, position_embeddings ``[k, d]``, attention_bias ``[q, k]`` (0, or -inf where blocked),
         memory ``[b, m, d]`` or None, memory_key_value ``[b, m, 2 * heads * d_head]`` (the memory's keys
         and values, if already known) -> ``([b, q, d], [b, heads, q, k] or None, [b, k, 2 * heads * d_head])``."""
         if r_w_bias is None:
@@ -258,12 +260,11 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
         position_keys = self.r_net(position_embeddings).view(-1, self.n_head, self.d_head)
         if output_attentions or self.config._attn_implementation == "eager":
             scores = relative_attention_scores(query, key, position_keys, r_w_bias, r_r_bias) * self.scale
-            probs = self.dropatt(scores.float().masked_fill(mask, float("-inf")).softmax(-1).type_as(scores))
+            probs = self.dropatt((scores.float() + attention_bias).softmax(-1).type_as(scores))
             context = probs @ value
         else:  # SDPA adds the position term as a float mask: (q + r_w_bias) . k * scale + BD * scale
             position = position_scores(query, position_keys * self.scale, r_r_bias)
-            blocked = torch.zeros(mask.shape, dtype=position.dtype, device=mask.device).masked_fill_(mask, -math.inf)
-            bias = rel_shift(position) + blocked  # one pass over [b, h, q, k]; masked_fill would copy, then fill
+            bias = rel_shift(position) + attention_bias.to(position.dtype)  # one pass over [b, h, q, k]
             if torch.is_grad_enabled() and hidden.device.type == "cpu":
                 # SDPA's CPU backward takes its math path (extra scaling, a "safe" softmax): these three ops cost less
                 batch, heads, qlen, klen = bias.shape
@@ -286,10 +287,10 @@ class RelPartialLearnableDecoderLayer(nn.Module):
         self.dec_attn = RelPartialLearnableMultiHeadAttn(config)
         self.pos_ff = PositionwiseFF(config)
 
-    def forward(self, hidden, position_embeddings, mask, memory=None, r_w_bias=None, r_r_bias=None,
+    def forward(self, hidden, position_embeddings, attention_bias, memory=None, r_w_bias=None, r_r_bias=None,
                 output_attentions=False, memory_key_value=None):
-        hidden, probs, key_value = self.dec_attn(hidden, position_embeddings, mask, memory, r_w_bias, r_r_bias,
-                                                 output_attentions, memory_key_value)
+        hidden, probs, key_value = self.dec_attn(hidden, position_embeddings, attention_bias, memory, r_w_bias,
+                                                 r_r_bias, output_attentions, memory_key_value)
         return self.pos_ff(hidden), probs, key_value
 
 
@@ -546,7 +547,9 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
             mem_key_values = [key_value.to(hidden.dtype) for key_value in mem_key_values]
         mlen = 0 if mems is None else mems[0].shape[1]
         klen = mlen + qlen
-        mask = causal_memory_mask(qlen, mlen, self.config.mem_len, self.config.same_length, hidden.device)
+        blocked = causal_memory_mask(qlen, mlen, self.config.mem_len, self.config.same_length, hidden.device)
+        attention_bias = torch.zeros(blocked.shape, dtype=hidden.dtype, device=hidden.device).masked_fill_(
+            blocked, -math.inf)  # once for all layers
         distances = torch.arange(klen - 1, -1, -1, device=hidden.device)
         if self.config.clamp_len > 0:
             distances = distances.clamp(max=self.config.clamp_len)
@@ -557,7 +560,7 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
         for i, layer in enumerate(self.layers):
             layer_inputs.append(hidden)
             hidden, probs, key_value = layer(
-                hidden, position_embeddings, mask, None if mems is None else mems[i], *shared_biases,
+                hidden, position_embeddings, attention_bias, None if mems is None else mems[i], *shared_biases,
                 output_attentions=output_attentions,
                 memory_key_value=None if mem_key_values is None else mem_key_values[i])
             attentions.append(probs)
