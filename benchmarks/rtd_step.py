@@ -67,7 +67,8 @@ class HandWritten:
         self.model = torch.nn.ModuleDict({"generator": ElectraForMaskedLM(joint.generator_config),
                                           "discriminator": ElectraForPreTraining(joint.discriminator_config)}).train()
         self.model.generator.electra.embeddings = self.model.discriminator.electra.embeddings
-        self.model.generator.generator_lm_head.weight = self.model.discriminator.electra.embeddings.word_embeddings.weight
+        shared_words = self.model.discriminator.electra.embeddings.word_embeddings.weight
+        self.model.generator.generator_lm_head.weight = shared_words
         self.masker = ElectraForRTDPreTraining(joint)  # only its masking function, for identical inputs
 
     def loss(self, ids, attention_mask, special):
@@ -193,7 +194,8 @@ def main():
         result["ratio_ours_over_electra_pytorch"] = seconds["ours"] / seconds["electra_pytorch"]
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "rtd_step.json").write_text(json.dumps(result, indent=2) + "\n")
-    table = "| implementation | s / step | time vs ours | peak RSS rise (MiB) | parameters |\n|---|---:|---:|---:|---:|\n"
+    table = ("| implementation | s / step | time vs ours | peak RSS rise (MiB) | parameters |\n"
+             "|---|---:|---:|---:|---:|\n")
     for name in names:
         table += (f"| {name} | {seconds[name]:.3f} | {seconds[name] / seconds['ours']:.2f}x | {memory[name]:.0f} | "
                   f"{implementations[name].num_parameters:,} |\n")

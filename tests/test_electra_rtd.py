@@ -233,7 +233,8 @@ def test_untied_halves_resize_separately():
     model = ElectraForRTDPreTraining(tiny_config(tie_embeddings=False))
     model.resize_token_embeddings(320)
     generator, discriminator = model.generator, model.discriminator
-    assert generator.electra.embeddings.word_embeddings.weight is not discriminator.electra.embeddings.word_embeddings.weight
+    generator_words = generator.electra.embeddings.word_embeddings.weight
+    assert generator_words is not discriminator.electra.embeddings.word_embeddings.weight
     assert generator.electra.embeddings.word_embeddings.weight.shape[0] == 320
     assert discriminator.electra.embeddings.word_embeddings.weight.shape[0] == 320
     assert generator.generator_lm_head.weight is generator.electra.embeddings.word_embeddings.weight

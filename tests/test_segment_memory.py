@@ -62,7 +62,8 @@ def test_memory_carries_across_micro_batches_and_equals_a_manual_loop(tmp_path):
     data = StreamSegments(tokens, batch_size=2, segment_length=6)
     args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=2, gradient_accumulation_steps=2,
                              max_steps=4, learning_rate=0.5, optim="sgd", lr_scheduler_type="constant",
-                             max_grad_norm=0.0, train_sampling_strategy="sequential", report_to="none", remove_unused_columns=False,
+                             max_grad_norm=0.0, train_sampling_strategy="sequential", report_to="none",
+                             remove_unused_columns=False,
                              use_cpu=True, save_strategy="no", label_names=["shift_labels"], logging_steps=100,
                              disable_tqdm=True)
     seen = []
@@ -99,7 +100,8 @@ def test_memory_restarts_for_each_epoch_and_each_evaluation(tmp_path):
     tokens = torch.randint(0, 40, (200,), generator=torch.Generator().manual_seed(2))
     train, held_out = StreamSegments(tokens[:150], 2, 6), StreamSegments(tokens[150:], 2, 6)
     args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=2, per_device_eval_batch_size=2,
-                             num_train_epochs=2, train_sampling_strategy="sequential", report_to="none", remove_unused_columns=False,
+                             num_train_epochs=2, train_sampling_strategy="sequential", report_to="none",
+                             remove_unused_columns=False,
                              use_cpu=True, save_strategy="no", label_names=["shift_labels"], eval_strategy="steps",
                              eval_steps=5, prediction_loss_only=True, disable_tqdm=True)
     model = tiny_xl()
@@ -181,8 +183,8 @@ def test_pretrain_then_evaluate_from_the_command_line(tmp_path, shared_data, cap
     assert f"| held-out perplexity | {round(results['final_eval_perplexity'], 2)} |" in card.text
     assert "| tgt_len | 32 |" in card.text and "mlm_probability" not in card.text
 
-    code, stdout, err = run_cli(["eval", "lm", "--model", out, "--corpus", held_out, "--tgt-len", 32, "--mem-len", 64, "--batch-size", 4,
-                                 "--output", tmp_path / "ppl.json"], capsys)
+    code, stdout, err = run_cli(["eval", "lm", "--model", out, "--corpus", held_out, "--tgt-len", 32, "--mem-len", 64,
+                                 "--batch-size", 4, "--output", tmp_path / "ppl.json"], capsys)
     assert code == 0, err
     measured = json.loads((tmp_path / "ppl.json").read_text())
     assert measured["mem_len"] == 64 and "perplexity" in stdout

@@ -5,7 +5,7 @@ from transformers import Trainer
 
 
 class SubLossTrainer(Trainer):
-    """Averages every ``*_loss`` and ``*_accuracy`` field of the model's output over the logging interval and logs it."""
+    """Logs the mean of every ``*_loss`` and ``*_accuracy`` field of the model's output over the logging interval."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

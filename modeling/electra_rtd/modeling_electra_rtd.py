@@ -119,7 +119,8 @@ class ElectraForRTDPreTraining(ElectraRTDPreTrainedModel):
         if special_tokens_mask is not None:
             candidates &= ~special_tokens_mask.bool()
         else:
-            candidates &= (input_ids != self.config.mask_token_id) & (input_ids != self.config.discriminator_config.pad_token_id)
+            pad_token_id = self.config.discriminator_config.pad_token_id
+            candidates &= (input_ids != self.config.mask_token_id) & (input_ids != pad_token_id)
         counts = candidates.sum(-1, keepdim=True)
         to_predict = (counts.float() * self.config.mask_prob).round().clamp(min=1).minimum(counts)
         scores = torch.rand(input_ids.shape, device=input_ids.device).masked_fill(~candidates, -1.0)
@@ -156,7 +157,8 @@ class ElectraForRTDPreTraining(ElectraRTDPreTrainedModel):
         generator_hidden = self.generator.electra(input_ids, attention_mask=attention_mask,
                                                   token_type_ids=token_type_ids, **kwargs).last_hidden_state
         # Vocabulary logits only where they are used: the masked positions.
-        generator_logits = self.generator.generator_lm_head(self.generator.generator_predictions(generator_hidden[masked]))
+        generator_logits = self.generator.generator_lm_head(
+            self.generator.generator_predictions(generator_hidden[masked]))
         targets = labels[masked]
         generator_loss = nn.functional.cross_entropy(generator_logits.float(), targets)
 
