@@ -128,8 +128,9 @@ def relative_attention_scores(query, key, position_keys, r_w_bias, r_r_bias):
     return content + rel_shift(position_scores(query, position_keys, r_r_bias))
 
 
-def causal_memory_mask(qlen: int, mlen: int, mem_len: int, same_length: bool, device) -> torch.Tensor:
-    """``[q, mlen + q]`` bool, True where a query may *not* attend (the reference's ``dec_attn_mask``)."""
+def causal_memory_bias(qlen: int, mlen: int, mem_len: int, same_length: bool, dtype, device) -> torch.Tensor:
+    """``[q, mlen + q]`` additive attention bias: -inf where a query may *not* attend (the reference's
+    ``dec_attn_mask``), 0 elsewhere."""
     klen = mlen + qlen
     ones = torch.ones(qlen, klen, dtype=torch.bool, device=device)
     mask = torch.triu(ones, diagonal=1 + mlen)
@@ -137,7 +138,7 @@ def causal_memory_mask(qlen: int, mlen: int, mem_len: int, same_length: bool, de
         overflow = klen - mem_len
         shift = qlen - overflow if overflow > 0 else qlen
         mask = mask | torch.tril(ones, diagonal=-shift)
-    return mask
+    return torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill_(mask, -math.inf)
 
 
 class Dropout(nn.Dropout):
@@ -547,9 +548,8 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
             mem_key_values = [key_value.to(hidden.dtype) for key_value in mem_key_values]
         mlen = 0 if mems is None else mems[0].shape[1]
         klen = mlen + qlen
-        blocked = causal_memory_mask(qlen, mlen, self.config.mem_len, self.config.same_length, hidden.device)
-        attention_bias = torch.zeros(blocked.shape, dtype=hidden.dtype, device=hidden.device).masked_fill_(
-            blocked, -math.inf)  # once for all layers
+        attention_bias = causal_memory_bias(qlen, mlen, self.config.mem_len, self.config.same_length, hidden.dtype,
+                                            hidden.device)  # once for all layers
         distances = torch.arange(klen - 1, -1, -1, device=hidden.device)
         if self.config.clamp_len > 0:
             distances = distances.clamp(max=self.config.clamp_len)
