@@ -139,6 +139,23 @@ def test_memory_makes_a_segment_equal_to_one_longer_window(pre_lnorm):
     assert (without_memory.logits - whole.logits[:, 8:]).abs().max() > 1e-3  # the memory mattered
 
 
+def test_lora_on_the_attention_projection_applies_to_the_segment_and_the_memory():
+    """PEFT wraps qkv_net: the adapted projection makes the queries and also the memory's keys and values, so a
+    segment with memory still equals one longer window."""
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(tiny_model(mem_len=8, n_layer=2), LoraConfig(r=2, target_modules=["qkv_net"],
+                                                                       init_lora_weights=False))
+    ids = torch.randint(0, 50, (2, 13))
+    with torch.no_grad():
+        whole = model(input_ids=ids)
+        second = model(input_ids=ids[:, 8:], mems=model(input_ids=ids[:, :8]).mems)
+        with model.disable_adapter():
+            unadapted = model(input_ids=ids)
+    assert (whole.logits - unadapted.logits).abs().max() > 1e-3  # LoRA is applied
+    torch.testing.assert_close(second.logits, whole.logits[:, 8:], rtol=0, atol=1e-5)
+
+
 @pytest.mark.parametrize("pre_lnorm, same_length", [(False, False), (True, True)])
 def test_memory_key_value_cache_changes_nothing_but_the_work(pre_lnorm, same_length):
     """Under no_grad the memory's keys and values are carried instead of recomputed: same outputs."""
@@ -158,7 +175,7 @@ def test_memory_key_value_cache_changes_nothing_but_the_work(pre_lnorm, same_len
     for attention, memory_rows, key_value in zip(model.transformer.layers, memory["mems"], memory["mem_key_values"]):
         attention = attention.dec_attn
         rows_in = attention.layer_norm(memory_rows) if pre_lnorm else memory_rows
-        expected = torch.nn.functional.linear(rows_in, attention.qkv_net.weight[16:])  # the key and value rows
+        expected = attention.qkv_net(rows_in)[..., 16:]  # the key and value columns
         assert key_value.shape == (2, 6, 32)
         torch.testing.assert_close(key_value, expected, rtol=0, atol=1e-6)
     with torch.no_grad():  # the cache is read, not recomputed: a wrong one changes the output

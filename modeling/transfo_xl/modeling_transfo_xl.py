@@ -244,15 +244,14 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
         if r_w_bias is None:
             r_w_bias, r_r_bias = self.r_w_bias, self.r_r_bias
         segment_in = self.layer_norm(hidden) if self.pre_lnorm else hidden
-        # qkv_net's rows split: queries only for the segment; keys and values of the memory in their own
-        # product, so that backward computes no input gradient for the (detached) memory
-        query_weight, key_value_weight = self.qkv_net.weight.split([self.n_head * self.d_head,
-                                                                   2 * self.n_head * self.d_head])
-        query = self._heads(F.linear(segment_in, query_weight))
-        key_value = F.linear(segment_in, key_value_weight)
+        # qkv_net is called as a module (so that PEFT's LoRA, quantized layers and hooks apply), on the segment and
+        # on the memory apart: backward computes no input gradient for the (detached) memory
+        inner = self.n_head * self.d_head
+        query, key_value = self.qkv_net(segment_in).split([inner, 2 * inner], dim=-1)
+        query = self._heads(query)
         if memory is not None and memory_key_value is None:
             memory_in = self.layer_norm(memory) if self.pre_lnorm else memory
-            memory_key_value = F.linear(memory_in, key_value_weight)
+            memory_key_value = self.qkv_net(memory_in)[..., inner:]
         if memory_key_value is not None:
             key_value = torch.cat([memory_key_value, key_value], dim=1)
         key, value = (self._heads(t) for t in key_value.chunk(2, dim=-1))
