@@ -9,7 +9,7 @@ from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceCl
 
 from hf_plm_ext import TransfoXLConfig, TransfoXLForSequenceClassification, TransfoXLLMHeadModel
 from hf_plm_ext.modeling.transfo_xl.modeling_transfo_xl import (Dropout, SoftmaxNLL, relative_attention_scores,
-                                                              sinusoid_embeddings)
+                                                              sinusoid_embeddings, softmax_nll_without_grad)
 
 from conftest import fresh_python
 
@@ -253,6 +253,9 @@ def test_softmax_nll_equals_cross_entropy_in_value_and_gradient(dtype):
     torch.testing.assert_close(ours, reference, rtol=0, atol=1e-6)
     torch.testing.assert_close(ours_grad, scores.grad, rtol=0, atol=1e-6 if dtype == torch.float32 else 1e-2)
     assert torch.all(ours_grad[[2, 7]] == 0)
+    # evaluation's blocked form (blocks of 5 rows: the last one partial) gives the same values
+    torch.testing.assert_close(softmax_nll_without_grad(scores.detach(), targets, rows=5), reference, rtol=0,
+                               atol=1e-6)
 
 
 def test_adaptive_softmax_is_a_distribution_and_its_loss_matches_it():

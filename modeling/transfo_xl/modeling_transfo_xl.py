@@ -90,21 +90,23 @@ def sinusoid_embeddings(distances: torch.Tensor, inv_freq: torch.Tensor) -> torc
     return torch.cat([angles.sin(), angles.cos()], dim=-1)
 
 
-def rel_shift(scores: torch.Tensor) -> torch.Tensor:
-    """``[..., q, k]`` scores against distances ``k-1 .. 0`` -> scores against each key.
+def rel_shift(padded_scores: torch.Tensor) -> torch.Tensor:
+    """The reference's ``_rel_shift``: ``[..., q, k + 1]`` scores against distances ``k-1 .. 0`` behind one zero
+    column -> ``[..., q, k]`` scores against each key, as a view.
 
-    Afterwards ``out[..., i, j]`` holds the input at distance ``(k - q) + i - j`` (query ``i`` sits
+    Afterwards ``out[..., i, j]`` holds the score at distance ``(k - q) + i - j`` (query ``i`` sits
     at key position ``k - q + i``). Entries above that diagonal are junk and must be masked.
     """
-    *batch, qlen, klen = scores.shape
-    padded = F.pad(scores, (1, 0))  # one zero column in front of the keys
-    # = padded.view(..., klen + 1, qlen)[..., 1:, :].view(..., qlen, klen), as a view of the padded copy
-    return padded.flatten(-2)[..., qlen:qlen + qlen * klen].unflatten(-1, (qlen, klen))
+    *batch, qlen, padded_klen = padded_scores.shape
+    klen = padded_klen - 1
+    # = padded.view(..., klen + 1, qlen)[..., 1:, :].view(..., qlen, klen)
+    return padded_scores.flatten(-2)[..., qlen:qlen + qlen * klen].unflatten(-1, (qlen, klen))
 
 
 def position_scores(query, position_keys, r_r_bias):
-    """``(query + r_r_bias) . position_keys``: ``[batch, heads, q, k]`` against distances ``k-1 .. 0`` (before
-    :func:`rel_shift`), for query ``[batch, heads, q, d_head]``, position_keys ``[k, heads, d_head]``.
+    """``(query + r_r_bias) . position_keys``: ``[batch, heads, q, k]`` against the distances of the keys in
+    their order (before :func:`rel_shift`), for query ``[batch, heads, q, d_head]``, position_keys
+    ``[k, heads, d_head]``.
 
     One product per head with the batch and the queries folded together; ``einsum`` ran the same product but
     its planning cost more host time than the product itself at generation sizes.
@@ -112,6 +114,13 @@ def position_scores(query, position_keys, r_r_bias):
     batch, heads, qlen, d_head = query.shape
     folded = (query.transpose(1, 2) + r_r_bias).permute(2, 0, 1, 3).reshape(heads, batch * qlen, d_head)
     return torch.bmm(folded, position_keys.permute(1, 2, 0)).view(heads, batch, qlen, -1).transpose(0, 1)
+
+
+def shifted_position_scores(query, position_keys, r_r_bias):
+    """The position term against each key, ``[batch, heads, q, k]``: :func:`rel_shift` of
+    :func:`position_scores`. A zero position key in front makes the product write the zero column itself
+    (no padded copy of the scores)."""
+    return rel_shift(position_scores(query, F.pad(position_keys, (0, 0, 0, 0, 1, 0)), r_r_bias))
 
 
 def relative_attention_scores(query, key, position_keys, r_w_bias, r_r_bias):
@@ -125,7 +134,12 @@ def relative_attention_scores(query, key, position_keys, r_w_bias, r_r_bias):
     Returns: ``[batch, heads, q, k]``.
     """
     content = (query + r_w_bias[:, None]) @ key.transpose(-1, -2)
-    return content + rel_shift(position_scores(query, position_keys, r_r_bias))
+    return content + shifted_position_scores(query, position_keys, r_r_bias)
+
+
+def heads_first(tensor: torch.Tensor) -> torch.Tensor:
+    """``[batch, heads, ...]`` -> ``[heads * batch, ...]`` (a view where the memory is laid out heads first)."""
+    return tensor.transpose(0, 1).reshape(-1, *tensor.shape[2:])
 
 
 def causal_memory_bias(qlen: int, mlen: int, mem_len: int, same_length: bool, dtype, device) -> torch.Tensor:
@@ -190,6 +204,15 @@ class SoftmaxNLL(torch.autograd.Function):
         grad = log_probs.exp_()  # no one else holds log_probs
         grad.scatter_add_(1, safe_targets, grad.new_full(safe_targets.shape, -1.0))
         return grad.mul_((grad_nll * valid)[:, None]).to(ctx.scores_dtype), None
+
+
+def softmax_nll_without_grad(scores: torch.Tensor, targets: torch.Tensor, rows: int = 64) -> torch.Tensor:
+    """What :class:`SoftmaxNLL` computes, for evaluation: the log-softmax in blocks of ``rows`` rows, so that no
+    second ``[n, vocab]`` buffer is written (a fresh one costs page faults at every step); as fast as one pass."""
+    safe_targets = targets.clamp(min=0)[:, None]
+    picked = [block.float().log_softmax(-1).gather(1, block_targets)
+              for block, block_targets in zip(scores.split(rows), safe_targets.split(rows))]
+    return -torch.cat(picked).squeeze(1) * (targets != -100)
 
 
 class PositionalEmbedding(nn.Module):
@@ -263,14 +286,17 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
             probs = self.dropatt((scores.float() + attention_bias).softmax(-1).type_as(scores))
             context = probs @ value
         else:  # SDPA adds the position term as a float mask: (q + r_w_bias) . k * scale + BD * scale
-            position = position_scores(query, position_keys * self.scale, r_r_bias)
-            bias = rel_shift(position) + attention_bias.to(position.dtype)  # one pass over [b, h, q, k]
+            position = shifted_position_scores(query, position_keys * self.scale, r_r_bias)
+            bias = position + attention_bias.to(position.dtype)  # one pass over [b, h, q, k]
             if torch.is_grad_enabled() and hidden.device.type == "cpu":
                 # SDPA's CPU backward takes its math path (extra scaling, a "safe" softmax): these three ops cost less
+                # heads first, the layout in which the position scores were computed
                 batch, heads, qlen, klen = bias.shape
-                scores = torch.baddbmm(bias.view(batch * heads, qlen, klen), (query + r_w_bias[:, None]).flatten(0, 1),
-                                       key.flatten(0, 1).transpose(1, 2), alpha=self.scale)
-                context = torch.bmm(self.dropatt(scores.softmax(-1)), value.flatten(0, 1)).view(batch, heads, qlen, -1)
+                scores = torch.baddbmm(heads_first(bias), heads_first(query + r_w_bias[:, None]),
+                                       heads_first(key).transpose(1, 2), alpha=self.scale)
+                # dropout sees [b, h, q, k] (the eager path's mask for the same seed); its product keeps the layout
+                probs = self.dropatt(scores.softmax(-1).view(heads, batch, qlen, klen).transpose(0, 1))
+                context = torch.bmm(heads_first(probs), heads_first(value)).view(heads, batch, qlen, -1).transpose(0, 1)
             else:
                 context = F.scaled_dot_product_attention(query + r_w_bias[:, None], key, value, attn_mask=bias,
                                                          dropout_p=self.dropatt.p if self.training else 0.0,
@@ -654,7 +680,9 @@ class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
         if targets is not None:
             flat_targets = targets.reshape(-1)
             if logits is not None:  # plain softmax: the loss from the logits already computed
-                losses = SoftmaxNLL.apply(logits.reshape(-1, logits.shape[-1]), flat_targets)
+                flat_logits = logits.reshape(-1, logits.shape[-1])
+                nll = SoftmaxNLL.apply if flat_logits.requires_grad else softmax_nll_without_grad
+                losses = nll(flat_logits, flat_targets)
             else:
                 losses = self.crit.nll(hidden.reshape(-1, hidden.shape[-1]), flat_targets)
             losses = losses.view(targets.shape)
