@@ -97,8 +97,7 @@ def rel_shift(padded_scores: torch.Tensor) -> torch.Tensor:
     Afterwards ``out[..., i, j]`` holds the score at distance ``(k - q) + i - j`` (query ``i`` sits
     at key position ``k - q + i``). Entries above that diagonal are junk and must be masked.
     """
-    *batch, qlen, padded_klen = padded_scores.shape
-    klen = padded_klen - 1
+    qlen, klen = padded_scores.shape[-2], padded_scores.shape[-1] - 1
     # = padded.view(..., klen + 1, qlen)[..., 1:, :].view(..., qlen, klen)
     return padded_scores.flatten(-2)[..., qlen:qlen + qlen * klen].unflatten(-1, (qlen, klen))
 
