@@ -156,6 +156,29 @@ def test_lora_on_the_attention_projection_applies_to_the_segment_and_the_memory(
     torch.testing.assert_close(second.logits, whole.logits[:, 8:], rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("pre_lnorm", [False, True])
+def test_memory_keys_and_values_from_the_weight_rows_equal_the_whole_projection(pre_lnorm):
+    """A plain qkv_net multiplies only its key and value rows on the memory; a hooked one (as under LoRA or
+    offloading) is called whole. In training with memory both give the same loss and gradients."""
+    ids = torch.randint(0, 50, (2, 12))
+    results = []
+    for hooked in (False, True):
+        model = tiny_model(mem_len=6, n_layer=2, pre_lnorm=pre_lnorm, dropout=0.0).train()
+        calls = []
+        if hooked:
+            for layer in model.transformer.layers:
+                layer.dec_attn.qkv_net.register_forward_hook(lambda module, args, out: calls.append(out.shape))
+        mems = model(ids[:, :6]).mems
+        loss = model(ids[:, 6:], mems=mems, labels=ids[:, 6:]).loss
+        loss.backward()
+        results.append((loss, [layer.dec_attn.qkv_net.weight.grad for layer in model.transformer.layers]))
+    assert len(calls) == 2 + 2 * 2  # per layer: the first segment alone, then the segment and the memory
+    (loss, grads), (hooked_loss, hooked_grads) = results
+    torch.testing.assert_close(loss, hooked_loss, rtol=0, atol=1e-6)
+    for grad, hooked_grad in zip(grads, hooked_grads):
+        torch.testing.assert_close(grad, hooked_grad, rtol=1e-5, atol=1e-7)
+        assert grad.abs().sum() > 0
+
 @pytest.mark.parametrize("pre_lnorm, same_length", [(False, False), (True, True)])
 def test_memory_key_value_cache_changes_nothing_but_the_work(pre_lnorm, same_length):
     """Under no_grad the memory's keys and values are carried instead of recomputed: same outputs."""

@@ -255,6 +255,16 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
             self.r_w_bias = nn.Parameter(torch.zeros(config.n_head, config.d_head))
             self.r_r_bias = nn.Parameter(torch.zeros(config.n_head, config.d_head))
 
+    def _key_value(self, memory_in):
+        """``qkv_net``'s key and value columns on the memory, whose queries are never used. A plain ``nn.Linear``
+        multiplies only their weight rows (a third less product, forward and weight gradient); a wrapped or
+        hooked one (PEFT's LoRA, quantized layers, accelerate's offloading) is called whole."""
+        qkv_net, inner = self.qkv_net, self.n_head * self.d_head
+        if type(qkv_net) is nn.Linear and not (qkv_net._forward_hooks or qkv_net._forward_pre_hooks
+                                               or "forward" in vars(qkv_net)):
+            return F.linear(memory_in, qkv_net.weight[inner:])
+        return qkv_net(memory_in)[..., inner:]
+
     def _heads(self, x):
         return x.view(x.shape[0], x.shape[1], self.n_head, self.d_head).transpose(1, 2)
 
@@ -266,14 +276,14 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
         if r_w_bias is None:
             r_w_bias, r_r_bias = self.r_w_bias, self.r_r_bias
         segment_in = self.layer_norm(hidden) if self.pre_lnorm else hidden
-        # qkv_net is called as a module (so that PEFT's LoRA, quantized layers and hooks apply), on the segment and
-        # on the memory apart: backward computes no input gradient for the (detached) memory
+        # qkv_net is called as a module (so that PEFT's LoRA, quantized layers and hooks apply); the memory's keys and
+        # values apart: backward computes no input gradient for the (detached) memory
         inner = self.n_head * self.d_head
         query, key_value = self.qkv_net(segment_in).split([inner, 2 * inner], dim=-1)
         query = self._heads(query)
         if memory is not None and memory_key_value is None:
             memory_in = self.layer_norm(memory) if self.pre_lnorm else memory
-            memory_key_value = self.qkv_net(memory_in)[..., inner:]
+            memory_key_value = self._key_value(memory_in)
         if memory_key_value is not None:
             key_value = torch.cat([memory_key_value, key_value], dim=1)
         key, value = (self._heads(t) for t in key_value.chunk(2, dim=-1))
