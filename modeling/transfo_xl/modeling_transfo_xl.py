@@ -205,9 +205,12 @@ class SoftmaxNLL(torch.autograd.Function):
         return grad.mul_((grad_nll * valid)[:, None]).to(ctx.scores_dtype), None
 
 
-def softmax_nll_without_grad(scores: torch.Tensor, targets: torch.Tensor, rows: int = 64) -> torch.Tensor:
-    """What :class:`SoftmaxNLL` computes, for evaluation: the log-softmax in blocks of ``rows`` rows, so that no
-    second ``[n, vocab]`` buffer is written (a fresh one costs page faults at every step); as fast as one pass."""
+def softmax_nll_without_grad(scores: torch.Tensor, targets: torch.Tensor, rows: int | None = None) -> torch.Tensor:
+    """What :class:`SoftmaxNLL` computes, for evaluation. On the CPU the log-softmax runs in blocks of ``rows`` (64)
+    rows, so that no second ``[n, vocab]`` buffer is written (a fresh one costs page faults at every step; as fast
+    as one pass); elsewhere in one pass (each block would cost its own kernel launches)."""
+    if rows is None:
+        rows = 64 if scores.device.type == "cpu" else max(1, scores.shape[0])
     safe_targets = targets.clamp(min=0)[:, None]
     picked = [block.float().log_softmax(-1).gather(1, block_targets)
               for block, block_targets in zip(scores.split(rows), safe_targets.split(rows))]
