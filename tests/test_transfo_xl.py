@@ -8,7 +8,8 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
 
 from hf_plm_ext import TransfoXLConfig, TransfoXLForSequenceClassification, TransfoXLLMHeadModel
-from hf_plm_ext.modeling.transfo_xl.modeling_transfo_xl import (Dropout, SoftmaxNLL, relative_attention_scores,
+from hf_plm_ext.modeling.transfo_xl.modeling_transfo_xl import (Dropout, SoftmaxNLL, reassociated_position_scores,
+                                                              relative_attention_scores, shifted_position_scores,
                                                               sinusoid_embeddings, softmax_nll_without_grad)
 
 from conftest import fresh_python
@@ -82,6 +83,35 @@ def test_attention_scores_equal_an_explicit_gather_over_relative_distances():
     assert visible.sum() == batch * heads * sum(mlen + i + 1 for i in range(qlen))
     torch.testing.assert_close(scores[visible], expected[visible])
 
+
+
+def test_position_term_with_the_queries_through_r_net_first_is_the_same_product():
+    torch.manual_seed(0)
+    query, r_r_bias = torch.randn(2, 3, 4, 8), torch.randn(3, 8)
+    position_embeddings, r_net_weight = torch.randn(11, 12), torch.randn(3 * 8, 12)
+    position_keys = (position_embeddings @ r_net_weight.t()).view(11, 3, 8)
+    torch.testing.assert_close(reassociated_position_scores(query, position_embeddings, r_net_weight, r_r_bias),
+                               shifted_position_scores(query, position_keys, r_r_bias))
+
+
+@pytest.mark.parametrize("r_net_hooked", [False, True])
+def test_one_token_against_a_long_memory_matches_the_eager_reference(r_net_hooked):
+    """Generation's case: one query per row, many distances, so the position term is taken queries first (unless
+    r_net is wrapped or hooked, then r_net is called on every distance)."""
+    model = tiny_model(mem_len=40, clamp_len=30, n_layer=2)
+    calls = []
+    if r_net_hooked:
+        for layer in model.transformer.layers:
+            layer.dec_attn.r_net.register_forward_hook(lambda module, args, out: calls.append(out.shape))
+    ids = torch.randint(0, 50, (2, 41))
+    with torch.no_grad():
+        memory = model(ids[:, :40])
+        calls.clear()
+        sdpa = model(ids[:, 40:], mems=memory.mems, mem_key_values=memory.mem_key_values).logits
+        assert len(calls) == (2 if r_net_hooked else 0)
+        model.set_attn_implementation("eager")
+        eager = model(ids[:, 40:], mems=memory.mems).logits
+    torch.testing.assert_close(sdpa, eager, rtol=0, atol=1e-5)
 
 @pytest.mark.parametrize("same_length", [False, True])
 def test_sdpa_and_explicit_attention_agree(same_length):

@@ -122,6 +122,26 @@ def shifted_position_scores(query, position_keys, r_r_bias):
     return rel_shift(position_scores(query, F.pad(position_keys, (0, 0, 0, 0, 1, 0)), r_r_bias))
 
 
+def reassociated_position_scores(query, position_embeddings, r_net_weight, r_r_bias):
+    """:func:`shifted_position_scores` for ``position_keys = r_net(position_embeddings)``, the products taken in the
+    other order: ``((q + r_r_bias) . W_r) . R``. For few queries against many distances (generation with a long
+    memory) this multiplies r_net's weight once per query instead of once per distance.
+
+    Args: query ``[batch, heads, q, d_head]``; position_embeddings ``[k, d_model]``; r_net_weight
+    ``[heads * d_head, d_model]`` (r_net has no bias); r_r_bias ``[heads, d_head]``. Returns ``[batch, heads, q, k]``.
+    """
+    heads, d_head = r_r_bias.shape
+    projected = (query + r_r_bias[:, None]) @ r_net_weight.view(heads, d_head, -1)  # [b, h, q, d_model]
+    return rel_shift(projected @ F.pad(position_embeddings, (0, 0, 1, 0)).t())
+
+
+def is_plain_linear(module: nn.Module) -> bool:
+    """An ``nn.Linear`` itself, not wrapped (PEFT's LoRA), subclassed (quantized) or hooked (accelerate's offloading):
+    its weight is all it computes, so its weight may be multiplied directly."""
+    return type(module) is nn.Linear and not (module._forward_hooks or module._forward_pre_hooks
+                                              or "forward" in vars(module))
+
+
 def relative_attention_scores(query, key, position_keys, r_w_bias, r_r_bias):
     """Unscaled Transformer-XL scores ``AC + BD``.
 
@@ -263,10 +283,24 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
         multiplies only their weight rows (a third less product, forward and weight gradient); a wrapped or
         hooked one (PEFT's LoRA, quantized layers, accelerate's offloading) is called whole."""
         qkv_net, inner = self.qkv_net, self.n_head * self.d_head
-        if type(qkv_net) is nn.Linear and not (qkv_net._forward_hooks or qkv_net._forward_pre_hooks
-                                               or "forward" in vars(qkv_net)):
+        if is_plain_linear(qkv_net):
             return F.linear(memory_in, qkv_net.weight[inner:])
         return qkv_net(memory_in)[..., inner:]
+
+    def _scaled_position_term(self, query, position_embeddings, r_r_bias):
+        """``rel_shift((q + r_r_bias) . r_net(R)) * scale``, ``[b, h, q, k]``, with the products in the order that
+        costs fewer multiplications: r_net on every distance, or (for few queries, as in generation) the queries
+        through r_net's weight first (:func:`reassociated_position_scores`)."""
+        batch, heads, qlen, d_head = query.shape
+        klen, d_model = position_embeddings.shape
+        rows = batch * heads * qlen
+        distances_first = klen * d_model * heads * d_head + rows * d_head * klen
+        queries_first = rows * d_head * d_model + rows * d_model * klen
+        if queries_first < distances_first and is_plain_linear(self.r_net):
+            return reassociated_position_scores(query * self.scale, position_embeddings, self.r_net.weight,
+                                                r_r_bias * self.scale)
+        position_keys = self.r_net(position_embeddings).view(-1, heads, d_head)
+        return shifted_position_scores(query, position_keys * self.scale, r_r_bias)
 
     def _heads(self, x):
         return x.view(x.shape[0], x.shape[1], self.n_head, self.d_head).transpose(1, 2)
@@ -292,13 +326,13 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
         key, value = (self._heads(t) for t in key_value.chunk(2, dim=-1))
         # under autocast the projections are bfloat16 while the float32 biases would promote the queries back
         r_w_bias, r_r_bias = r_w_bias.to(query.dtype), r_r_bias.to(query.dtype)
-        position_keys = self.r_net(position_embeddings).view(-1, self.n_head, self.d_head)
         if output_attentions or self.config._attn_implementation == "eager":
+            position_keys = self.r_net(position_embeddings).view(-1, self.n_head, self.d_head)
             scores = relative_attention_scores(query, key, position_keys, r_w_bias, r_r_bias) * self.scale
             probs = self.dropatt((scores.float() + attention_bias).softmax(-1).type_as(scores))
             context = probs @ value
         else:  # SDPA adds the position term as a float mask: (q + r_w_bias) . k * scale + BD * scale
-            position = shifted_position_scores(query, position_keys * self.scale, r_r_bias)
+            position = self._scaled_position_term(query, position_embeddings, r_r_bias)
             bias = position + attention_bias.to(position.dtype)  # one pass over [b, h, q, k]
             if torch.is_grad_enabled() and hidden.device.type == "cpu":
                 # SDPA's CPU backward takes its math path (extra scaling, a "safe" softmax): these three ops cost less
