@@ -131,7 +131,7 @@ def reassociated_position_scores(query, position_embeddings, r_net_weight, r_r_b
     ``[heads * d_head, d_model]`` (r_net has no bias); r_r_bias ``[heads, d_head]``. Returns ``[batch, heads, q, k]``.
     """
     heads, d_head = r_r_bias.shape
-    projected = (query + r_r_bias[:, None]) @ r_net_weight.view(heads, d_head, -1)  # [b, h, q, d_model]
+    projected = (query + r_r_bias[:, None]) @ r_net_weight.reshape(heads, d_head, -1)  # [b, h, q, d_model]
     return rel_shift(projected @ F.pad(position_embeddings, (0, 0, 1, 0)).t())
 
 
