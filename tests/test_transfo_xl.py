@@ -84,7 +84,6 @@ def test_attention_scores_equal_an_explicit_gather_over_relative_distances():
     torch.testing.assert_close(scores[visible], expected[visible])
 
 
-
 def test_position_term_with_the_queries_through_r_net_first_is_the_same_product():
     torch.manual_seed(0)
     query, r_r_bias = torch.randn(2, 3, 4, 8), torch.randn(3, 8)
@@ -112,6 +111,7 @@ def test_one_token_against_a_long_memory_matches_the_eager_reference(r_net_hooke
         model.set_attn_implementation("eager")
         eager = model(ids[:, 40:], mems=memory.mems).logits
     torch.testing.assert_close(sdpa, eager, rtol=0, atol=1e-5)
+
 
 @pytest.mark.parametrize("same_length", [False, True])
 def test_sdpa_and_explicit_attention_agree(same_length):
@@ -208,6 +208,7 @@ def test_memory_keys_and_values_from_the_weight_rows_equal_the_whole_projection(
     for grad, hooked_grad in zip(grads, hooked_grads):
         torch.testing.assert_close(grad, hooked_grad, rtol=1e-5, atol=1e-7)
         assert grad.abs().sum() > 0
+
 
 @pytest.mark.parametrize("pre_lnorm, same_length", [(False, False), (True, True)])
 def test_memory_key_value_cache_changes_nothing_but_the_work(pre_lnorm, same_length):
