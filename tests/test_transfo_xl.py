@@ -308,6 +308,7 @@ def test_softmax_nll_equals_cross_entropy_in_value_and_gradient(dtype):
     targets = torch.randint(0, 30, (12,))
     targets[[2, 7]] = -100
     scores.data[4, targets[4]] -= 300  # a target whose probability underflows to 0 in float32
+    scores.data[2, 0] = -math.inf  # an ignored row (its target read as 0) whose score is -inf: 0, not nan
     weights = torch.rand(12)  # an upstream gradient that differs per token
     ours = SoftmaxNLL.apply(scores, targets)
     (ours * weights).sum().backward()

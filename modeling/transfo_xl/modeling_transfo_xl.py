@@ -218,7 +218,8 @@ class SoftmaxNLL(torch.autograd.Function):
         safe_targets = targets.clamp(min=0)[:, None]
         log_sum_exp = scores.amax(-1) - probs.amax(-1).log()
         ctx.save_for_backward(probs, safe_targets, valid)
-        return (log_sum_exp - scores.gather(1, safe_targets).squeeze(1)) * valid
+        nll = log_sum_exp - scores.gather(1, safe_targets).squeeze(1)
+        return torch.where(valid, nll, 0.0)  # not a product: an ignored row's score may be -inf
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -237,7 +238,7 @@ def softmax_nll_without_grad(scores: torch.Tensor, targets: torch.Tensor, rows: 
     safe_targets = targets.clamp(min=0)[:, None]
     picked = [block.float().log_softmax(-1).gather(1, block_targets)
               for block, block_targets in zip(scores.split(rows), safe_targets.split(rows))]
-    return -torch.cat(picked).squeeze(1) * (targets != -100)
+    return torch.where(targets != -100, -torch.cat(picked).squeeze(1), 0.0)
 
 
 class PositionalEmbedding(nn.Module):
