@@ -324,6 +324,14 @@ def test_softmax_nll_equals_cross_entropy_in_value_and_gradient(dtype):
                                atol=1e-6)
 
 
+def test_softmax_nll_keeps_its_precision_under_a_large_common_offset():
+    scores = torch.randn(256, 1000) * 3 + 1000
+    targets = torch.randint(0, 1000, (256,))
+    exact = torch.nn.functional.cross_entropy(scores.double(), targets, reduction="none")
+    torch.testing.assert_close(SoftmaxNLL.apply(scores, targets).double(), exact, rtol=0, atol=1e-5)
+    torch.testing.assert_close(softmax_nll_without_grad(scores, targets).double(), exact, rtol=0, atol=1e-5)
+
+
 def test_adaptive_softmax_is_a_distribution_and_its_loss_matches_it():
     torch.manual_seed(0)
     model = TransfoXLLMHeadModel(tiny_config(adaptive=True, cutoffs=[10, 30], div_val=2)).eval()

@@ -204,9 +204,9 @@ class SoftmaxNLL(torch.autograd.Function):
 
     ``F.cross_entropy(reduction="none")`` in one autograd node: forward keeps the softmax itself, so that
     backward only turns it into ``softmax - one_hot`` in place (no zero-filled ``[n, vocab]`` gradient for the
-    gather, no second buffer for the log-softmax backward, no second exponential pass). The loss is
-    ``logsumexp - target score``, with ``logsumexp = max score - log(max probability)``: exact where a target's
-    probability underflows to 0.
+    gather, no second buffer for the log-softmax backward, no second exponential pass; hence one backward
+    only, ``retain_graph`` or not). The loss is ``logsumexp - target score``, with ``logsumexp = max score -
+    log(max probability)``: exact where a target's probability underflows to 0.
     """
 
     @staticmethod
@@ -216,9 +216,9 @@ class SoftmaxNLL(torch.autograd.Function):
         probs = scores.softmax(-1)
         valid = targets != -100
         safe_targets = targets.clamp(min=0)[:, None]
-        log_sum_exp = scores.amax(-1) - probs.amax(-1).log()
         ctx.save_for_backward(probs, safe_targets, valid)
-        nll = log_sum_exp - scores.gather(1, safe_targets).squeeze(1)
+        # (max - target) first: with a large common offset in the scores, logsumexp alone would be rounded at its size
+        nll = (scores.amax(-1) - scores.gather(1, safe_targets).squeeze(1)) - probs.amax(-1).log()
         return torch.where(valid, nll, 0.0)  # not a product: an ignored row's score may be -inf
 
     @staticmethod
@@ -226,7 +226,7 @@ class SoftmaxNLL(torch.autograd.Function):
     def backward(ctx, grad_nll):
         grad, safe_targets, valid = ctx.saved_tensors  # the softmax; no one else holds it
         grad.scatter_add_(1, safe_targets, grad.new_full(safe_targets.shape, -1.0))
-        return grad.mul_((grad_nll * valid)[:, None]).to(ctx.scores_dtype), None
+        return grad.mul_(torch.where(valid, grad_nll, 0.0)[:, None]).to(ctx.scores_dtype), None
 
 
 def softmax_nll_without_grad(scores: torch.Tensor, targets: torch.Tensor, rows: int | None = None) -> torch.Tensor:
