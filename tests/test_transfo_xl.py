@@ -8,9 +8,10 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
 
 from hf_plm_ext import TransfoXLConfig, TransfoXLForSequenceClassification, TransfoXLLMHeadModel
-from hf_plm_ext.modeling.transfo_xl.modeling_transfo_xl import (Dropout, SoftmaxNLL, reassociated_position_scores,
-                                                              relative_attention_scores, shifted_position_scores,
-                                                              sinusoid_embeddings, softmax_nll_without_grad)
+from hf_plm_ext.modeling.transfo_xl.modeling_transfo_xl import (Dropout, SoftmaxNLL, is_plain_linear,
+                                                              reassociated_position_scores, relative_attention_scores,
+                                                              shifted_position_scores, sinusoid_embeddings,
+                                                              softmax_nll_without_grad)
 
 from conftest import fresh_python
 
@@ -218,6 +219,14 @@ def test_memory_keys_and_values_from_the_weight_rows_equal_the_whole_projection(
     for grad, hooked_grad in zip(grads, hooked_grads):
         torch.testing.assert_close(grad, hooked_grad, rtol=1e-5, atol=1e-7)
         assert grad.abs().sum() > 0
+
+
+def test_only_a_bias_free_unhooked_linear_is_multiplied_by_its_weight_directly():
+    assert is_plain_linear(torch.nn.Linear(4, 4, bias=False))
+    assert not is_plain_linear(torch.nn.Linear(4, 4))  # its bias would be lost
+    hooked = torch.nn.Linear(4, 4, bias=False)
+    hooked.register_forward_pre_hook(lambda module, args: None)
+    assert not is_plain_linear(hooked)
 
 
 @pytest.mark.parametrize("pre_lnorm, same_length", [(False, False), (True, True)])

@@ -136,10 +136,10 @@ def reassociated_position_scores(query, position_embeddings, r_net_weight, r_r_b
 
 
 def is_plain_linear(module: nn.Module) -> bool:
-    """An ``nn.Linear`` itself, not wrapped (PEFT's LoRA), subclassed (quantized) or hooked (accelerate's offloading):
-    its weight is all it computes, so its weight may be multiplied directly."""
-    return type(module) is nn.Linear and not (module._forward_hooks or module._forward_pre_hooks
-                                              or "forward" in vars(module))
+    """An ``nn.Linear`` itself, without bias, not wrapped (PEFT's LoRA), subclassed (quantized) or hooked
+    (accelerate's offloading): its weight is all it computes, so its weight may be multiplied directly."""
+    return type(module) is nn.Linear and module.bias is None and not (
+        module._forward_hooks or module._forward_pre_hooks or "forward" in vars(module))
 
 
 def relative_attention_scores(query, key, position_keys, r_w_bias, r_r_bias):
