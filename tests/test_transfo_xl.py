@@ -155,6 +155,24 @@ def test_training_attention_path_gives_the_eager_loss_and_gradients(dropatt):
         torch.testing.assert_close(results["sdpa"][1][name], grad, rtol=1e-4, atol=1e-5, msg=name)
 
 
+@pytest.mark.parametrize("implementation", ["sdpa", "eager"])
+def test_same_length_without_memory_is_only_causal(implementation):
+    """same_length means mem_len keys per query; with mem_len 0 (the paper's "no memory" evaluation of a
+    same_length model) the reference's mask would block every key: nan in eager and in training, wrong numbers
+    in CPU SDPA. Here it is the causal mask."""
+    ids = torch.randint(0, 50, (2, 7))
+    models = {flag: tiny_model(same_length=flag, mem_len=0) for flag in (False, True)}
+    for model in models.values():
+        model.set_attn_implementation(implementation)
+    with torch.no_grad():
+        expected, got = (models[flag](ids, labels=ids) for flag in (False, True))
+    torch.testing.assert_close(got.logits, expected.logits, rtol=0, atol=0)
+    loss = models[True].train()(ids, labels=ids).loss
+    loss.backward()
+    first_projection = models[True].transformer.layers[0].dec_attn.qkv_net
+    assert torch.isfinite(loss) and torch.isfinite(first_projection.weight.grad).all()
+
+
 @pytest.mark.parametrize("pre_lnorm", [False, True])
 def test_memory_makes_a_segment_equal_to_one_longer_window(pre_lnorm):
     """Segment 2 with segment 1 as memory = the last tokens of segment 1 + 2 in one window (mem_len covers it)."""

@@ -24,7 +24,8 @@ class TransfoXLConfig(PreTrainedConfig):
         pre_lnorm: LayerNorm before each sub-layer instead of after (the paper: after).
         mem_len: hidden states kept per layer as the next segment's memory (0: no memory).
         clamp_len: relative distances beyond this use the embedding of ``clamp_len`` (<= 0: no clamp).
-        same_length: every query attends to the same number of keys (the paper's evaluation).
+        same_length: every query attends to the same number of keys, ``mem_len`` (the paper's evaluation);
+            with ``mem_len`` 0 the attention is only causal.
         proj_share_all_but_first: the softmax's projections of clusters 1.. are the embedding's (``tie_projs``).
         attn_type: 0 only, the paper's relative attention (1-3, the reference code's ablations,
             are not implemented).

@@ -163,11 +163,13 @@ def heads_first(tensor: torch.Tensor) -> torch.Tensor:
 
 def causal_memory_bias(qlen: int, mlen: int, mem_len: int, same_length: bool, dtype, device) -> torch.Tensor:
     """``[q, mlen + q]`` additive attention bias: -inf where a query may *not* attend (the reference's
-    ``dec_attn_mask``), 0 elsewhere."""
+    ``dec_attn_mask``), 0 elsewhere. With ``same_length`` each query sees the last ``mem_len`` keys up to itself;
+    with ``mem_len`` 0 that would be none (the reference's mask blocks every key there), so then the mask is only
+    causal."""
     klen = mlen + qlen
     ones = torch.ones(qlen, klen, dtype=torch.bool, device=device)
     mask = torch.triu(ones, diagonal=1 + mlen)
-    if same_length:
+    if same_length and mem_len > 0:
         overflow = klen - mem_len
         shift = qlen - overflow if overflow > 0 else qlen
         mask = mask | torch.tril(ones, diagonal=-shift)
