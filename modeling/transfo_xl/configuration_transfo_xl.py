@@ -7,6 +7,9 @@ transformers 5 deleted Transformer-XL; a ``config.json`` written by transformers
 
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
 
 
 @strict
@@ -31,7 +34,8 @@ class TransfoXLConfig(PreTrainedConfig):
             are not implemented).
         sample_softmax: -1 only (sampled softmax is not implemented).
         adaptive: adaptive input embeddings and adaptive softmax over ``cutoffs``; false: a plain
-            embedding and softmax over the whole vocabulary.
+            embedding and softmax over the whole vocabulary. transformers 4.x ignored this field (its models
+            were always adaptive over ``cutoffs``), so a config it wrote is read as adaptive when it has cutoffs.
         dropout, dropatt: dropout on hidden states and on attention probabilities.
         untie_r: one ``r_w_bias`` / ``r_r_bias`` per layer (true) or shared by all layers.
         init, init_range, init_std, proj_init_std: weight initialisation ("normal" or "uniform").
@@ -81,6 +85,12 @@ class TransfoXLConfig(PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         self.cutoffs = list(self.cutoffs)
+        if self.cutoffs and not self.adaptive and str(self.transformers_version).startswith("4."):
+            # 4.x stored `adaptive` but never read it: its models always had the adaptive input and softmax
+            logger.warning(f"This config was written by transformers {self.transformers_version}, whose Transfo-XL "
+                           f"ignored adaptive=False and used the adaptive input and softmax over cutoffs "
+                           f"{self.cutoffs}; loading it as adaptive=True, the model its weights belong to")
+            self.adaptive = True
         # transformers 4.x derived tie_projs from proj_share_all_but_first and saved both.
         self.tie_projs = [False] + [self.proj_share_all_but_first] * len(self.cutoffs)
         super().__post_init__(**kwargs)
