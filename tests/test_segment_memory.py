@@ -130,6 +130,22 @@ def test_memory_restarts_for_each_epoch_and_each_evaluation(tmp_path):
         assert eval_calls[start:start + eval_segments] == [True] + [False] * (eval_segments - 1)
 
 
+def test_trainer_refuses_reordered_batches_and_predicts_from_an_empty_memory(tmp_path):
+    tokens = torch.randint(0, 40, (200,), generator=torch.Generator().manual_seed(5))
+    train, held_out = StreamSegments(tokens[:150], 2, 6), StreamSegments(tokens[150:], 2, 6)
+    options = dict(output_dir=str(tmp_path), per_device_train_batch_size=2, per_device_eval_batch_size=2,
+                   report_to="none", remove_unused_columns=False, use_cpu=True, save_strategy="no",
+                   label_names=["shift_labels"], prediction_loss_only=True, disable_tqdm=True)
+    with pytest.raises(ValueError, match="train_sampling_strategy='sequential'"):  # the Trainer's default: random
+        SegmentMemoryTrainer(model=tiny_xl(), args=TrainingArguments(**options), train_dataset=train,
+                             data_collator=default_data_collator)
+    args = TrainingArguments(**options, train_sampling_strategy="sequential")
+    trainer = SegmentMemoryTrainer(model=tiny_xl(), args=args, train_dataset=train, data_collator=default_data_collator)
+    first, second = (trainer.predict(held_out).metrics["test_loss"] for _ in range(2))
+    assert first == second  # the second prediction does not continue the first one's memory
+    assert trainer.evaluate(held_out)["eval_loss"] == first
+
+
 def test_trainer_runs_without_memory_when_mem_len_is_0(tmp_path):
     tokens = torch.randint(0, 40, (120,), generator=torch.Generator().manual_seed(4))
     train, held_out = StreamSegments(tokens[:90], 2, 6), StreamSegments(tokens[90:], 2, 6)

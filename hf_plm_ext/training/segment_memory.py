@@ -2,16 +2,17 @@
 
 transformers 5 removed the Trainer's ``past_index`` (Transformer-XL's memory support). Here the
 memory lives on the Trainer: each batch gets the previous batch's ``mems`` and leaves its own.
-Training and evaluation keep separate memories; evaluation starts empty every time (and leaves
-the training memory alone: the training streams go on where they were), training starts empty
-at every epoch. In evaluation the model's ``mem_key_values`` (if it returns them) travel with the
-``mems``. With gradient accumulation every micro-batch continues the one before, exactly
-as without it. The data must come in stream order (:class:`~hf_plm_ext.data.segment_streams.StreamSegments`
-with ``train_sampling_strategy="sequential"``). Memories are not checkpointed: a resumed run
-starts its streams with an empty memory.
+Training and evaluation keep separate memories; evaluation and prediction start empty every time
+(and leave the training memory alone: the training streams go on where they were), training starts
+empty at every epoch. In evaluation the model's ``mem_key_values`` (if it returns them) travel with
+the ``mems``. With gradient accumulation every micro-batch continues the one before, exactly as
+without it. The data must come in stream order (:class:`~hf_plm_ext.data.segment_streams.StreamSegments`
+with ``train_sampling_strategy="sequential"``; another strategy is refused). Memories are not
+checkpointed: a resumed run starts its streams with an empty memory.
 """
 
 from transformers import TrainerCallback
+from transformers.trainer_utils import has_length
 
 from hf_plm_ext.training.trainer import SubLossTrainer
 
@@ -41,6 +42,10 @@ class SegmentMemoryTrainer(SubLossTrainer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        if has_length(self.train_dataset) and self.args.train_sampling_strategy != "sequential":
+            raise ValueError(f"SegmentMemoryTrainer carries each batch's memory into the next, so the batches must "
+                             f"continue each other: set TrainingArguments(train_sampling_strategy='sequential') "
+                             f"(got {self.args.train_sampling_strategy!r}, which reorders them)")
         self.memory = {"train": None, "eval": None}
         self.add_callback(ForgetAtEpochStart(self.memory))
 
@@ -51,9 +56,9 @@ class SegmentMemoryTrainer(SubLossTrainer):
         self.memory[slot] = carried_memory(outputs)
         return (loss, outputs) if return_outputs else loss
 
-    def evaluate(self, *args, **kwargs):
+    def evaluation_loop(self, *args, **kwargs):  # evaluate() and predict() each start from an empty memory
         self.memory["eval"] = None
         try:
-            return super().evaluate(*args, **kwargs)
+            return super().evaluation_loop(*args, **kwargs)
         finally:
             self.memory["eval"] = None
