@@ -7,10 +7,10 @@ import pytest
 import torch
 from accelerate.data_loader import BatchSamplerShard
 from torch.utils.data import BatchSampler, SequentialSampler
-from transformers import AutoModelForCausalLM, TrainingArguments, default_data_collator
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments, default_data_collator
 
 from hf_plm_ext import TransfoXLConfig, TransfoXLLMHeadModel
-from hf_plm_ext.data.segment_streams import StreamSegments
+from hf_plm_ext.data.segment_streams import StreamSegments, tokenize_stream
 from hf_plm_ext.eval.language_model import stream_perplexity
 from hf_plm_ext.training.segment_memory import SegmentMemoryTrainer
 
@@ -238,7 +238,27 @@ def test_eval_lm_bad_input_is_one_clear_error(tmp_path, shared_data, capsys):
     assert code == 2 and "--mem-len must be >= 0" in err
     shakespeare = tmp_path / "shakespeare.txt"
     shakespeare.write_text((shared_data / "corpus/en/tinyshakespeare/input.txt").read_text()[:20000])
+    for flag in ("--tgt-len", "--batch-size"):
+        code, _, err = run_cli(["eval", "lm", "--model", tmp_path / "xl", "--corpus", shakespeare, flag, 0], capsys)
+        assert code == 2 and "must be positive" in err, err
     code, out, err = run_cli(["eval", "lm", "--model", tmp_path / "xl", "--corpus", shakespeare, "--tgt-len", 64,
                               "--batch-size", 8], capsys)
     assert code == 0, err
     assert "bits per character" in out
+    # the memory settings reach the model, and the bits are the same loss in base 2
+    code, _, err = run_cli(["eval", "lm", "--model", tmp_path / "xl", "--corpus", shakespeare, "--tgt-len", 64,
+                            "--mem-len", 16, "--clamp-len", 3, "--same-length", "--output", tmp_path / "r.json"],
+                           capsys)
+    assert code == 0, err
+    results = json.loads((tmp_path / "r.json").read_text())
+    assert (results["mem_len"], results["clamp_len"], results["same_length"]) == (16, 3, True)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "xl")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "xl")
+    model.config.update(dict(mem_len=16, clamp_len=3, same_length=True))
+    expected = stream_perplexity(model, tokenize_stream([shakespeare], tokenizer), tgt_len=64)
+    assert results["tokens"] == expected["tokens"] > 19000
+    assert math.isclose(results["loss"], expected["loss"], rel_tol=1e-6)
+    assert math.isclose(results["bits_per_character"] * math.log(2), expected["loss"], rel_tol=1e-6)
+    model.config.update(dict(clamp_len=-1, same_length=False))
+    assert not math.isclose(stream_perplexity(model, tokenize_stream([shakespeare], tokenizer), tgt_len=64)["loss"],
+                            expected["loss"], rel_tol=1e-4)

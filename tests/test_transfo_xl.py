@@ -483,6 +483,8 @@ def test_bad_mems_are_refused_with_the_reason():
         model(ids, mems=mems[:1])
     with pytest.raises(ValueError, match="d_model=16"):
         model(ids, mems=[m[..., :8] for m in mems])
+    with pytest.raises(ValueError, match=r"mems\[1\] has shape \(2, 4, 16\).*equal for every layer"):
+        model(ids, mems=[mems[0], mems[1][:, 1:]])
     with pytest.raises(ValueError, match="no padding mask"):
         model(ids, attention_mask=torch.tensor([[1, 1, 1, 0, 0], [1] * 5]))
 
