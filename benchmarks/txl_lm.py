@@ -29,10 +29,11 @@ Generation (ours only): greedy decoding of 512 tokens after a 16-token prompt, b
 
     .venv/bin/python benchmarks/txl_lm.py --legacy-python /tmp/v4/bin/python [--segments 60]
 
-Writes benchmarks/results/txl_lm.json and .md. ``--device cuda`` runs every implementation on the GPU
-(timed with ``torch.cuda.synchronize``; peak memory = the rise of ``max_memory_allocated``), ``--bf16``
-under ``torch.autocast(dtype=bfloat16)``, ``--threads N`` sets ``torch.set_num_threads`` in each
-worker; results other than CPU float32 go to ``txl_lm_<device>[_bf16].json`` / ``.md``.
+Writes benchmarks/results/txl_lm.json and .md, with the machine (CPU model and SIMD level, cores, torch: the
+ratios depend on them). ``--device cuda`` runs every implementation on the GPU (timed with
+``torch.cuda.synchronize``; peak memory = the rise of ``max_memory_allocated``), ``--bf16`` under
+``torch.autocast(dtype=bfloat16)``, ``--threads N`` sets ``torch.set_num_threads`` in each worker; results
+other than CPU float32 go to ``txl_lm_<device>[_bf16].json`` / ``.md``.
 """
 
 import argparse
@@ -231,6 +232,20 @@ def generation(device, new_tokens=512, prompt_length=16):
             "same_tokens": bool(torch.equal(out[True], out[False]))}
 
 
+def machine(device):
+    """What the ratios depend on: the CPU (its model and SIMD level decide how far the matrix products outrun the
+    rest), the cores, torch, and the GPU when one is used."""
+    import os
+
+    import torch
+
+    models = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+              if line.startswith("model name")] if Path("/proc/cpuinfo").exists() else []
+    return {"cpu": models[0] if models else None, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "cpus": os.cpu_count(), "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name() if device.startswith("cuda") else None}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--legacy-python", help="python of a transformers==4.37.2 environment (omit: skip legacy)")
@@ -266,11 +281,12 @@ def main():
                                for phase, times in (("train", train), ("eval", evaluation))}
               for impl in workers if impl != "ours"}
     generate = generation(args.device)
+    host = machine(args.device)
     print(f"generation: {generate}", flush=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
     name = "txl_lm" if args.device == "cpu" and not args.bf16 else f"txl_lm_{args.device}" + "_bf16" * args.bf16
     (RESULTS / f"{name}.json").write_text(json.dumps({"segments": args.segments, "device": args.device,
-                                                      "bf16": args.bf16, "threads": args.threads,
+                                                      "bf16": args.bf16, "threads": args.threads, "machine": host,
                                                       "summary": summary, "ratios": ratios, "generation": generate},
                                                      indent=2) + "\n")
     memory = "allocated on the GPU" if args.device != "cpu" else "RSS"
@@ -282,6 +298,7 @@ def main():
                      f"{row['train_peak_rss_rise_mib']:.0f} |")
     lines += ["", "| ratio (median over segments of peer time / our time) | train | eval |", "|---|---:|---:|"]
     lines += [f"| {name} | {r['train']:.2f} | {r['eval']:.2f} |" for name, r in ratios.items()]
+    lines += ["", "Machine: " + ", ".join(f"{k} {v}" for k, v in host.items() if v is not None) + "."]
     lines += ["", f"Generation of {generate['new_tokens']} tokens (greedy, batch 1): with memory "
                   f"{generate['seconds_with_memory']:.2f} s, recomputing {generate['seconds_recomputing']:.2f} s "
                   f"({generate['speedup']:.1f}x; same tokens: {generate['same_tokens']})."]
