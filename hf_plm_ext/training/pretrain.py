@@ -15,7 +15,6 @@ them; families add their objectives there (``--objective``).
 """
 
 import json
-import math
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -334,7 +333,7 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:
             "train_sub_losses": trainer.sub_loss_history,
         }
         if objective.trainer_class is SegmentMemoryTrainer:
-            results["final_eval_perplexity"] = math.exp(min(final["eval_loss"], 700))  # segment-weighted mean
+            results["final_eval_perplexity"] = final["eval_perplexity"]  # per predicted token
         if trainer.is_world_process_zero():
             save_final(trainer, staging)
             (staging / "pretrain_results.json").write_text(json.dumps(results, indent=2) + "\n")

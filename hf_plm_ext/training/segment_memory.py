@@ -11,6 +11,9 @@ with ``train_sampling_strategy="sequential"``; another strategy is refused). Mem
 checkpointed: a resumed run starts its streams with an empty memory.
 """
 
+import math
+
+import torch
 from transformers import TrainerCallback
 from transformers.trainer_utils import has_length
 
@@ -24,6 +27,13 @@ def carried_memory(outputs) -> dict:
     if outputs.get("mem_key_values") is not None:
         memory["mem_key_values"] = outputs["mem_key_values"]
     return memory
+
+
+def predicted_tokens(inputs) -> torch.Tensor:
+    """How many targets a causal language-model batch has: ``shift_labels``, or ``labels`` shifted by one."""
+    if inputs.get("shift_labels") is not None:
+        return (inputs["shift_labels"] != -100).sum()
+    return (inputs["labels"][:, 1:] != -100).sum()
 
 
 class ForgetAtEpochStart(TrainerCallback):
@@ -54,11 +64,24 @@ class SegmentMemoryTrainer(SubLossTrainer):
         loss, outputs = super().compute_loss(model, {**inputs, **(self.memory[slot] or {})}, return_outputs=True,
                                              num_items_in_batch=num_items_in_batch)
         self.memory[slot] = carried_memory(outputs)
+        if slot == "eval":  # the loss is a mean over the batch's targets: weigh it by their number
+            targets = predicted_tokens(inputs)
+            self.eval_totals += torch.stack([loss.detach().double() * targets, targets.double()])
         return (loss, outputs) if return_outputs else loss
 
-    def evaluation_loop(self, *args, **kwargs):  # evaluate() and predict() each start from an empty memory
+    def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
+                        metric_key_prefix="eval"):
+        """Each evaluate() and predict() starts from an empty memory. Adds ``{prefix}_perplexity``: exp of the mean
+        loss per predicted token (``{prefix}_loss`` is a mean of batch means, so a shorter last segment would
+        weigh as much as a full one)."""
         self.memory["eval"] = None
+        self.eval_totals = torch.zeros(2, dtype=torch.float64, device=self.args.device)
         try:
-            return super().evaluation_loop(*args, **kwargs)
+            output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys,
+                                             metric_key_prefix)
         finally:
             self.memory["eval"] = None
+        nll, targets = self.accelerator.reduce(self.eval_totals, reduction="sum").tolist()
+        if targets:
+            output.metrics[f"{metric_key_prefix}_perplexity"] = math.exp(min(nll / targets, 700))
+        return output
