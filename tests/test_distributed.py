@@ -1,14 +1,13 @@
 """The training commands run unchanged under torchrun / accelerate launch (gloo on CPU)."""
 
 import json
+import math
 import os
 import subprocess
 import sys
 
 import pytest
 from transformers import AutoModelForMaskedLM, AutoModelForPreTraining, AutoModelForSequenceClassification
-
-pytestmark = pytest.mark.slow
 
 LAUNCHERS = {
     "torchrun": [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"],
@@ -26,6 +25,7 @@ def _launch(launcher, args, cwd):
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launcher", list(LAUNCHERS))
 def test_finetune_on_two_processes(launcher, tmp_path, tiny_classifier_dir, shared_data):
     out = tmp_path / "sst2"
@@ -39,6 +39,7 @@ def test_finetune_on_two_processes(launcher, tmp_path, tiny_classifier_dir, shar
     assert [p.name for p in tmp_path.iterdir()] == ["sst2"]
 
 
+@pytest.mark.slow
 def test_pretrain_on_two_processes(tmp_path, english_tokenizer_dir, shared_data):
     out = tmp_path / "pretrained"
     proc = _launch("torchrun", ["pretrain", "mlm", "--corpus", shared_data / "corpus/en/gutenberg/11-0.txt",
@@ -50,6 +51,7 @@ def test_pretrain_on_two_processes(tmp_path, english_tokenizer_dir, shared_data)
     AutoModelForMaskedLM.from_pretrained(out)
 
 
+@pytest.mark.slow
 def test_macbert_pretraining_on_two_processes(tmp_path, english_tokenizer_dir, shared_data):
     table = tmp_path / "synonyms.txt"
     table.write_text("said cried replied\nlittle small tiny\nqueen king\n")
@@ -65,6 +67,7 @@ def test_macbert_pretraining_on_two_processes(tmp_path, english_tokenizer_dir, s
     AutoModelForPreTraining.from_pretrained(out)
 
 
+@pytest.mark.slow
 def test_electra_pretraining_on_two_processes(tmp_path, english_tokenizer_dir, shared_data):
     out = tmp_path / "electra"
     proc = _launch("accelerate", ["pretrain", "electra", "--corpus", shared_data / "corpus/en/gutenberg/11-0.txt",
@@ -77,14 +80,19 @@ def test_electra_pretraining_on_two_processes(tmp_path, english_tokenizer_dir, s
     assert type(AutoModelForPreTraining.from_pretrained(out)).__name__ == "ElectraForRTDPreTraining"
 
 
+# not slow (~15 s): the one default-run check that pre-training under torchrun trains one model across ranks
 def test_transfo_xl_pretraining_on_two_processes_with_gradient_accumulation(tmp_path, shared_data):
     from hf_plm_ext.data.tokenizer_training import train_tokenizer
 
     corpus = shared_data / "corpus/en/wikitext-2/wiki.valid.tokens"
     train_tokenizer([corpus], "words", vocab_size=3000, lowercase=False).save_pretrained(tmp_path / "tok")
     out = tmp_path / "xl"
+    held_out = tmp_path / "test_head.tokens"
+    test_lines = (shared_data / "corpus/en/wikitext-2/wiki.test.tokens").read_text().splitlines(keepends=True)
+    held_out.write_text("".join(test_lines[:300]))
     proc = _launch("torchrun", ["pretrain", "transfo-xl", "--corpus", corpus, "--tokenizer", tmp_path / "tok",
                                 "--size", "tiny", "--tgt-len", 32, "--mem-len", 32, "--gradient_accumulation_steps", 2,
+                                "--validation_corpus", held_out, "--per_device_eval_batch_size", 3,
                                 "--output", out], tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = json.loads((out / "pretrain_results.json").read_text())
@@ -92,6 +100,14 @@ def test_transfo_xl_pretraining_on_two_processes_with_gradient_accumulation(tmp_
     # 2 ranks x 4 streams each: the training set is whole batches for every rank
     assert results["train_examples"] % 8 == 0
     assert results["final_eval_loss"] < results["initial_eval_loss"]
+    # The final evaluation read 2 ranks x 3 streams with each rank's weights; the saved model reads the same 6
+    # streams in one process. Equal only if both ranks trained one model (DDP), per predicted token.
+    evaluated = subprocess.run([sys.executable, "-m", "hf_plm_ext.cli.main", "eval", "lm", "--model", str(out),
+                                "--corpus", str(held_out), "--tgt-len", "32", "--batch-size", "6", "--output",
+                                str(tmp_path / "ppl.json")], capture_output=True, text=True, timeout=600)
+    assert evaluated.returncode == 0, evaluated.stderr[-4000:]
+    measured = json.loads((tmp_path / "ppl.json").read_text())
+    assert math.isclose(measured["perplexity"], results["final_eval_perplexity"], rel_tol=1e-5)
     from transformers import AutoModelForCausalLM
 
     assert type(AutoModelForCausalLM.from_pretrained(out)).__name__ == "TransfoXLLMHeadModel"

@@ -30,6 +30,7 @@ from transformers import (
     AutoTokenizer,
     DataCollatorForLanguageModeling,
     Trainer,
+    TrainerCallback,
     TrainingArguments,
     default_data_collator,
 )
@@ -280,6 +281,17 @@ def checkpoint_to_resume(resume_from_checkpoint, checkpoints: Path):
     return resume_from_checkpoint
 
 
+class FirstEvaluation(TrainerCallback):
+    """Keeps the metrics of the first evaluation of a run."""
+
+    def __init__(self):
+        self.metrics = None
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        if self.metrics is None:
+            self.metrics = dict(metrics)
+
+
 def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:
     """Pre-train with ``args.objective``; write the model, tokenizer and ``pretrain_results.json``.
 
@@ -311,9 +323,15 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:
                                       eval_dataset=data["test"], processing_class=tokenizer, data_collator=collator,
                                       compute_metrics=objective.compute_metrics)
     trainer.model_accepts_loss_kwargs = False  # heads return batch means
+    # The first evaluation runs inside train(), after the model is wrapped for DDP: an evaluate() before train()
+    # marks it prepared (accelerate 1.15, transformers 5.24), train() then leaves it unwrapped, and every rank
+    # trains its own copy
+    training_args.eval_on_start = True
+    first_evaluation = FirstEvaluation()
+    trainer.add_callback(first_evaluation)
     with staged_output(args.output) as staging:
-        initial = trainer.evaluate(metric_key_prefix="initial")
         train_result = trainer.train(resume_from_checkpoint=resume)
+        initial = {"initial" + name.removeprefix("eval"): value for name, value in first_evaluation.metrics.items()}
         final = trainer.evaluate()
         results = {
             "objective": args.objective,
