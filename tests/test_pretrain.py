@@ -127,10 +127,15 @@ def test_a_stopped_run_resumes_from_its_last_checkpoint(objective, shape, tmp_pa
     code, stderr, _ = pretrain(out)
     assert code == 2 and "--resume_from_checkpoint last" in stderr and not out.exists()
 
+    stopped_history = json.loads((checkpoints / "checkpoint-4" / "trainer_state.json").read_text())["log_history"]
     code, stderr, resumed = pretrain(out, "--resume_from_checkpoint", "last")
     assert code == 0, stderr[-3000:]
     # Steps 5 and 6 only, on the restored learning-rate schedule.
     assert resumed == uninterrupted[4:] and [step for step, _ in resumed] == [4, 5]
     results = json.loads((out / "pretrain_results.json").read_text())
     assert results["resumed_from"].endswith("checkpoint-4")
+    # "initial" is the run's first evaluation, before any update, also when it was resumed (not the checkpoint's)
+    first = next(entry for entry in stopped_history if "eval_loss" in entry)
+    assert first["step"] == 0 and results["initial_eval_loss"] == first["eval_loss"]
+    assert all(name.startswith("initial_") for name in results["initial_eval_metrics"])
     assert not checkpoints.exists()  # removed once the model is saved

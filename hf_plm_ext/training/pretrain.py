@@ -30,7 +30,6 @@ from transformers import (
     AutoTokenizer,
     DataCollatorForLanguageModeling,
     Trainer,
-    TrainerCallback,
     TrainingArguments,
     default_data_collator,
 )
@@ -281,15 +280,11 @@ def checkpoint_to_resume(resume_from_checkpoint, checkpoints: Path):
     return resume_from_checkpoint
 
 
-class FirstEvaluation(TrainerCallback):
-    """Keeps the metrics of the first evaluation of a run."""
-
-    def __init__(self):
-        self.metrics = None
-
-    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
-        if self.metrics is None:
-            self.metrics = dict(metrics)
+def initial_evaluation(log_history: list[dict]) -> dict:
+    """The run's first evaluation (``eval_on_start``, before any update), as ``initial_*`` metrics. A resumed run's
+    history, restored from its checkpoint, starts with the stopped run's first evaluation."""
+    first = next(entry for entry in log_history if "eval_loss" in entry)
+    return {"initial" + name.removeprefix("eval"): value for name, value in first.items() if name.startswith("eval_")}
 
 
 def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:
@@ -327,11 +322,9 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:
     # marks it prepared (accelerate 1.15, transformers 5.24), train() then leaves it unwrapped, and every rank
     # trains its own copy
     training_args.eval_on_start = True
-    first_evaluation = FirstEvaluation()
-    trainer.add_callback(first_evaluation)
     with staged_output(args.output) as staging:
         train_result = trainer.train(resume_from_checkpoint=resume)
-        initial = {"initial" + name.removeprefix("eval"): value for name, value in first_evaluation.metrics.items()}
+        initial = initial_evaluation(trainer.state.log_history)
         final = trainer.evaluate()
         results = {
             "objective": args.objective,
