@@ -144,6 +144,12 @@ def test_trainer_refuses_reordered_batches_and_predicts_from_an_empty_memory(tmp
     first, second = (trainer.predict(held_out).metrics["test_loss"] for _ in range(2))
     assert first == second  # the second prediction does not continue the first one's memory
     assert trainer.evaluate(held_out)["eval_loss"] == first
+    # by default label_names are the forward's labels and shift_labels; a batch without labels would be evaluated
+    # by calling the model directly, without memory
+    args = TrainingArguments(**{**options, "label_names": None}, train_sampling_strategy="sequential")
+    trainer = SegmentMemoryTrainer(model=tiny_xl(), args=args, data_collator=default_data_collator)
+    with pytest.raises(ValueError, match=r"lacks \['labels'\].*label_names=\['shift_labels'\]"):
+        trainer.evaluate(held_out)
 
 
 def test_trainer_runs_without_memory_when_mem_len_is_0(tmp_path):

@@ -30,7 +30,8 @@ def carried_memory(outputs) -> dict:
 
 
 def predicted_tokens(inputs) -> torch.Tensor:
-    """How many targets a causal language-model batch has: ``shift_labels``, or ``labels`` shifted by one."""
+    """How many targets a causal language-model batch has: ``shift_labels``, or ``labels`` shifted by one (the
+    model predicts ``labels[t + 1]`` at position ``t``)."""
     if inputs.get("shift_labels") is not None:
         return (inputs["shift_labels"] != -100).sum()
     return (inputs["labels"][:, 1:] != -100).sum()
@@ -69,13 +70,24 @@ class SegmentMemoryTrainer(SubLossTrainer):
             self.eval_totals += torch.stack([loss.detach().double() * targets, targets.double()])
         return (loss, outputs) if return_outputs else loss
 
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        # without all of label_names in the batch the Trainer calls the model directly, and the memory is lost
+        missing = [name for name in self.label_names if inputs.get(name) is None]
+        if missing:
+            raise ValueError(f"SegmentMemoryTrainer evaluates through compute_loss, which carries the memory, and the "
+                             f"Trainer only calls it when the batch holds every one of label_names "
+                             f"{list(self.label_names)}; this one lacks {missing}. Set TrainingArguments(label_names="
+                             f"['shift_labels']) (or ['labels']) to what the data has")
+        return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys)
+
     def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
                         metric_key_prefix="eval"):
         """Each evaluate() and predict() starts from an empty memory. Adds ``{prefix}_perplexity``: exp of the mean
         loss per predicted token (``{prefix}_loss`` is a mean of batch means, so a shorter last segment would
         weigh as much as a full one)."""
         self.memory["eval"] = None
-        self.eval_totals = torch.zeros(2, dtype=torch.float64, device=self.args.device)
+        exact = self.args.device.type not in ("mps", "xla")  # neither has float64
+        self.eval_totals = torch.zeros(2, dtype=torch.float64 if exact else torch.float32, device=self.args.device)
         try:
             output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys,
                                              metric_key_prefix)
