@@ -2,6 +2,8 @@ import json
 from unittest import mock
 
 import pytest
+import torch
+from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from hf_plm_ext import MacBertForMaskedLM, MacBertForSequenceClassification
@@ -89,6 +91,20 @@ def test_minilm_learns_sst2_from_a_few_thousand_examples(tmp_path, minilm_dir, s
     [dev] = json.loads((tmp_path / "sst2" / "eval_results.json").read_text())["results"]
     assert dev["num_examples"] == 872
     assert dev["metrics"]["accuracy"] > 0.70
+
+
+def test_the_same_seed_gives_the_same_classifier(tmp_path, minilm_dir, shared_data, capsys):
+    """MiniLM has no classification head: --seed covers its fresh weights (made before the Trainer seeds itself)."""
+    heads = {}
+    for name, seed in (("first", 0), ("again", 0), ("other", 1)):
+        code, _, stderr = run_cli(["finetune", "glue", "--task", "mrpc", "--model", minilm_dir, "--output",
+                                   tmp_path / name, "--data-dir", shared_data / "glue/MRPC", "--max_steps", 1,
+                                   "--max_train_samples", 16, "--max_seq_length", 32, "--per_device_train_batch_size",
+                                   16, "--per_device_eval_batch_size", 64, "--seed", seed, "--disable_tqdm", "true",
+                                   "--report_to", "none"], capsys)
+        assert code == 0, stderr
+        heads[name] = load_file(tmp_path / name / "model.safetensors")["classifier.weight"]
+    assert torch.equal(heads["first"], heads["again"]) and not torch.equal(heads["first"], heads["other"])
 
 
 def test_bad_inputs_exit_2_and_write_nothing(tmp_path, tiny_classifier_dir, english_tokenizer_dir,

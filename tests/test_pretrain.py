@@ -139,3 +139,18 @@ def test_a_stopped_run_resumes_from_its_last_checkpoint(objective, shape, tmp_pa
     assert first["step"] == 0 and results["initial_eval_loss"] == first["eval_loss"]
     assert all(name.startswith("initial_") for name in results["initial_eval_metrics"])
     assert not checkpoints.exists()  # removed once the model is saved
+
+
+def test_the_same_seed_gives_the_same_run(tmp_path, english_tokenizer_dir, shared_data, capsys):
+    """--seed covers the fresh model's weights too (built before the Trainer, which seeds itself)."""
+    def run(name, seed):
+        code, _, stderr = run_cli(["pretrain", "mlm", "--corpus", shared_data / "corpus/en/gutenberg/11-0.txt",
+                                   "--tokenizer", english_tokenizer_dir, "--config_overrides", TINY,
+                                   "--max_seq_length", 64, "--output", tmp_path / name, "--max_steps", 2,
+                                   "--per_device_train_batch_size", 8, "--seed", seed, "--disable_tqdm", "true"],
+                           capsys)
+        assert code == 0, stderr
+        results = json.loads((tmp_path / name / "pretrain_results.json").read_text())
+        return results["initial_eval_loss"], results["final_eval_loss"]
+
+    assert run("first", 0) == run("again", 0) != run("other", 1)

@@ -13,6 +13,7 @@ from transformers import (
     DataCollatorWithPadding,
     Trainer,
     TrainingArguments,
+    set_seed,
 )
 
 from hf_plm_ext.errors import UserInputError
@@ -133,6 +134,7 @@ def make_compute_metrics(task: Task):
 def finetune(benchmark: str, args: FinetuneArguments, training_args: TrainingArguments) -> dict:
     """Fine-tune ``args.model`` on one task, evaluate every validation split, write the model,
     ``eval_results.json`` and ``eval_results.md`` into ``args.output`` (all or nothing)."""
+    set_seed(training_args.seed)  # the new head and adapter are made here, before the Trainer seeds itself
     task = get_task(benchmark, args.task)
     peft_config = None
     if args.peft_config is not None:

@@ -32,6 +32,7 @@ from transformers import (
     Trainer,
     TrainingArguments,
     default_data_collator,
+    set_seed,
 )
 from transformers.trainer_utils import get_last_checkpoint
 
@@ -296,6 +297,7 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:
     if args.objective not in OBJECTIVES:
         raise UserInputError(f"unknown objective {args.objective!r}; choose one of {list(OBJECTIVES)}")
     objective = OBJECTIVES[args.objective]
+    set_seed(training_args.seed)  # the fresh model is made here, before the Trainer seeds itself
     checkpoints = Path(args.checkpoints or f"{args.output}.checkpoints")
     resume = checkpoint_to_resume(training_args.resume_from_checkpoint, checkpoints)
     tokenizer = load_pretrained(AutoTokenizer, args.tokenizer, "tokenizer")
