@@ -66,8 +66,8 @@ class SegmentMemoryTrainer(SubLossTrainer):
                                              num_items_in_batch=num_items_in_batch)
         self.memory[slot] = carried_memory(outputs)
         if slot == "eval":  # the loss is a mean over the batch's targets: weigh it by their number
-            targets = predicted_tokens(inputs)
-            self.eval_totals += torch.stack([loss.detach().double() * targets, targets.double()])
+            targets = predicted_tokens(inputs).to(self.eval_totals.dtype)
+            self.eval_totals += torch.stack([loss.detach().to(targets.dtype) * targets, targets])
         return (loss, outputs) if return_outputs else loss
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
