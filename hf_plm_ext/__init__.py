@@ -1,13 +1,27 @@
 """hf-plm-ext: post-BERT pre-training ideas as first-class Hugging Face citizens.
 
 Importing the package registers every model family with ``AutoConfig`` and the ``AutoModel*``
-classes (see ``hf_plm_ext.registry``).
+classes (see ``hf_plm_ext.registry``). The top level holds the public API, as transformers' does:
+configs and models, collators and example builders, trainers, the objective table and the steps of
+``pretrain`` and ``finetune``.
 """
 
 from hf_plm_ext.registry import FAMILIES, register_families
 
 register_families()
 
+from hf_plm_ext.convert import export_as_bert, export_electra  # noqa: E402
+from hf_plm_ext.data.correction_masking import DataCollatorForCorrectionMasking, add_word_ids, jieba_spans  # noqa: E402
+from hf_plm_ext.data.replaced_token_detection import SpecialTokensMaskCollator, rtd_metrics  # noqa: E402
+from hf_plm_ext.data.segment_streams import StreamSegments, tokenize_stream  # noqa: E402
+from hf_plm_ext.data.similar_words import EmbeddingNeighbours, SynonymTable, load_similar_words  # noqa: E402
+from hf_plm_ext.data.sop import build_sop_pairs  # noqa: E402
+from hf_plm_ext.data.token_blocks import token_blocks  # noqa: E402
+from hf_plm_ext.data.tokenizer_training import train_tokenizer  # noqa: E402
+from hf_plm_ext.eval.language_model import evaluate_language_model, stream_perplexity  # noqa: E402
+from hf_plm_ext.eval.runner import FinetuneArguments, finetune  # noqa: E402
+from hf_plm_ext.hub.cards import render_card  # noqa: E402
+from hf_plm_ext.hub.push import push_checkpoint  # noqa: E402
 from hf_plm_ext.modeling.electra_rtd import ElectraForRTDPreTraining, ElectraRTDConfig  # noqa: E402
 from hf_plm_ext.modeling.macbert import (  # noqa: E402
     MacBertConfig,
@@ -24,23 +38,29 @@ from hf_plm_ext.modeling.transfo_xl import (  # noqa: E402
     TransfoXLLMHeadModel,
     TransfoXLModel,
 )
+from hf_plm_ext.training.layerwise_decay import LayerwiseLRDecayTrainer  # noqa: E402
+from hf_plm_ext.training.objectives import OBJECTIVES, Objective, PretrainArguments  # noqa: E402
+from hf_plm_ext.training.pretrain import pretrain  # noqa: E402
+from hf_plm_ext.training.segment_memory import SegmentMemoryTrainer  # noqa: E402
+from hf_plm_ext.training.trainer import SubLossTrainer  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ElectraForRTDPreTraining",
-    "ElectraRTDConfig",
-    "FAMILIES",
-    "MacBertConfig",
-    "MacBertForMaskedLM",
-    "MacBertForPreTraining",
-    "MacBertForQuestionAnswering",
-    "MacBertForSequenceClassification",
-    "MacBertForTokenClassification",
-    "MacBertModel",
-    "TransfoXLConfig",
-    "TransfoXLForSequenceClassification",
-    "TransfoXLLMHeadModel",
-    "TransfoXLModel",
-    "register_families",
+    # model families
+    "FAMILIES", "register_families",
+    "MacBertConfig", "MacBertModel", "MacBertForMaskedLM", "MacBertForPreTraining", "MacBertForSequenceClassification",
+    "MacBertForTokenClassification", "MacBertForQuestionAnswering",
+    "ElectraRTDConfig", "ElectraForRTDPreTraining",
+    "TransfoXLConfig", "TransfoXLModel", "TransfoXLLMHeadModel", "TransfoXLForSequenceClassification",
+    # data: collators and example builders
+    "DataCollatorForCorrectionMasking", "SpecialTokensMaskCollator", "add_word_ids", "jieba_spans",
+    "build_sop_pairs", "token_blocks", "StreamSegments", "tokenize_stream", "load_similar_words", "SynonymTable",
+    "EmbeddingNeighbours", "train_tokenizer",
+    # training
+    "SubLossTrainer", "SegmentMemoryTrainer", "LayerwiseLRDecayTrainer", "OBJECTIVES", "Objective",
+    "PretrainArguments", "pretrain",
+    # evaluation, conversion, publishing
+    "FinetuneArguments", "finetune", "rtd_metrics", "stream_perplexity", "evaluate_language_model",
+    "export_as_bert", "export_electra", "render_card", "push_checkpoint",
 ]

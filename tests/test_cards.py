@@ -35,12 +35,13 @@ def test_card_of_a_fine_tuned_checkpoint_carries_its_results(tmp_path, tiny_clas
     assert "| max_steps | 2 |" in body and "Cui, Yiming" in body
 
 
-def test_card_of_a_plain_folder_is_refused(tmp_path):
+def test_card_of_a_folder_that_is_no_checkpoint_is_refused_and_any_model_type_gets_a_card(tmp_path):
     with pytest.raises(UserInputError, match="not a checkpoint folder"):
         render_card(tmp_path)
     (tmp_path / "config.json").write_text('{"model_type": "macbert",\n "hidden_size": }')
     with pytest.raises(UserInputError, match=r"config.json:2: not valid JSON"):
         render_card(tmp_path)
-    (tmp_path / "config.json").write_text('{"model_type": "gpt9"}')
-    with pytest.raises(UserInputError, match="no model-card template for model_type 'gpt9'"):
-        render_card(tmp_path)
+    (tmp_path / "config.json").write_text('{"model_type": "gpt9", "architectures": ["Gpt9ForCausalLM"]}')
+    card = render_card(tmp_path, repo_id="someone/gpt9")  # no family template: the generic card
+    assert "A `gpt9` checkpoint (`Gpt9ForCausalLM`)" in card.text and card.data.pipeline_tag == "text-generation"
+    assert 'AutoModelForCausalLM.from_pretrained("someone/gpt9")' in card.text

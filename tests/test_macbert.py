@@ -4,7 +4,7 @@ import torch
 from transformers import AutoModel, AutoModelForPreTraining, BertModel
 
 from hf_plm_ext import MacBertForPreTraining, MacBertModel
-from hf_plm_ext.hub.export import export_as_bert
+from hf_plm_ext.convert import export_as_bert
 
 from conftest import tiny_macbert_config
 

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from transformers import AutoModelForMaskedLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 
 from hf_plm_ext import MacBertForMaskedLM
 
@@ -154,3 +154,54 @@ def test_the_same_seed_gives_the_same_run(tmp_path, english_tokenizer_dir, share
         return results["initial_eval_loss"], results["final_eval_loss"]
 
     assert run("first", 0) == run("again", 0) != run("other", 1)
+
+
+def test_each_objective_has_its_own_flags_and_refuses_another_objectives(tmp_path, english_tokenizer_dir,
+                                                                         shared_data, capsys):
+    code, stdout, _ = run_cli(["pretrain", "macbert", "--help"], capsys)
+    assert code == 0 and "--similar_words" in stdout and "--max_seq_length" in stdout and "--corpus" in stdout
+    assert "--mem-len" not in stdout and "--size" not in stdout and "--model_type" not in stdout
+    code, stdout, _ = run_cli(["pretrain", "transfo-xl", "--help"], capsys)
+    assert code == 0 and "--mem-len" in stdout and "--similar_words" not in stdout and "--max_seq_length" not in stdout
+
+    base = ["pretrain", "macbert", "--corpus", shared_data / "corpus/en/gutenberg/11-0.txt",
+            "--tokenizer", english_tokenizer_dir, "--output", tmp_path / "out", "--masking", "mask"]
+    code, _, stderr = run_cli(base + ["--mem-len", 32], capsys)
+    assert code == 2 and "`pretrain macbert` has no --mem-len (a flag of `pretrain transfo-xl`)" in stderr
+    code, _, stderr = run_cli(base + ["--size=tiny"], capsys)
+    assert code == 2 and "--size (a flag of `pretrain electra / transfo-xl`)" in stderr
+    code, _, stderr = run_cli(["pretrain", "bert-nsp", "--corpus", "x"], capsys)
+    assert code == 2 and "invalid choice: 'bert-nsp'" in stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_model_of_another_family_is_refused(tmp_path, tiny_classifier_dir, shared_data, capsys):
+    corpus = shared_data / "corpus/en/gutenberg/11-0.txt"
+    for objective, needs in (("transfo-xl", "trains 'transfo-xl' models"),
+                             ("electra", "trains 'electra-rtd' models")):
+        code, _, stderr = run_cli(["pretrain", objective, "--corpus", corpus, "--tokenizer", tiny_classifier_dir,
+                                   "--model", tiny_classifier_dir, "--output", tmp_path / objective], capsys)
+        assert code == 2 and f"is a 'macbert' checkpoint; `pretrain {objective}` {needs}" in stderr, stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_transfo_xl_from_a_checkpoint_keeps_its_memory_length_unless_asked(tmp_path, shared_data, capsys):
+    from hf_plm_ext import TransfoXLConfig, TransfoXLLMHeadModel
+    from hf_plm_ext.data.tokenizer_training import train_tokenizer
+
+    text = tmp_path / "shakespeare.txt"
+    text.write_text((shared_data / "corpus/en/tinyshakespeare/input.txt").read_text()[:6000])
+    start = tmp_path / "start"
+    TransfoXLLMHeadModel(TransfoXLConfig.from_size("tiny", vocab_size=80, mem_len=24, d_model=16, d_embed=16,
+                                                   d_inner=32)).save_pretrained(start)
+    train_tokenizer([text], "chars", vocab_size=70, min_frequency=1).save_pretrained(start)
+
+    def continued(name, *flags):
+        code, _, stderr = run_cli(["pretrain", "transfo-xl", "--corpus", text, "--tokenizer", start, "--model", start,
+                                   "--tgt-len", 16, "--max_steps", 1, "--per_device_train_batch_size", 2,
+                                   "--output", tmp_path / name, "--disable_tqdm", "true", *flags], capsys)
+        assert code == 0, stderr[-2000:]
+        return AutoConfig.from_pretrained(tmp_path / name).mem_len
+
+    assert continued("kept") == 24  # the CLI default used to overwrite it with 128
+    assert continued("asked", "--mem-len", 8) == 8

@@ -105,6 +105,36 @@ def test_pushed_checkpoint_loads_in_a_fresh_process_without_the_package(hub, fin
     assert name == "MacBertForSequenceClassification" and diff == 0.0
 
 
+def test_a_fine_tuned_stock_bert_run_pushes_with_a_generic_card(hub, minilm_dir, shared_data, tmp_path, capsys):
+    """What a new user does first: fine-tune the packaged MiniLM (model_type bert, no family template) and push."""
+    from transformers import AutoModelForSequenceClassification
+
+    from conftest import run_cli
+
+    out = tmp_path / "minilm-mrpc"
+    code, _, stderr = run_cli(["finetune", "glue", "--task", "mrpc", "--model", minilm_dir, "--output", out,
+                               "--data-dir", shared_data / "glue/MRPC", "--max_steps", 1, "--max_train_samples", 8,
+                               "--per_device_train_batch_size", 8, "--max_seq_length", 32, "--disable_tqdm", "true",
+                               "--report_to", "none"], capsys)
+    assert code == 0, stderr[-3000:]
+    proc = push([out, "--repo-id", "someone/minilm-mrpc", "--language", "en"], hub_env(hub))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    card = hub.files("someone/minilm-mrpc")["README.md"].decode()
+    from hub_double import card_metadata_errors
+
+    assert card_metadata_errors(card) == []
+    measured = json.loads((out / "eval_results.json").read_text())["results"][0]["metrics"]
+    assert "model-index" in card and f"{round(measured['f1'], 4)}" in card
+    assert "A `bert` checkpoint (`BertForSequenceClassification`)" in card
+    assert "trust_remote_code" not in card  # a stock model: nothing but transformers is needed
+
+    name, diff = logits_in_a_fresh_process(
+        hub, tmp_path, AutoModelForSequenceClassification.from_pretrained(out),
+        "from transformers import AutoModelForSequenceClassification\n"
+        "model = AutoModelForSequenceClassification.from_pretrained('someone/minilm-mrpc')")
+    assert name == "BertForSequenceClassification" and diff == 0.0
+
+
 def test_branch_and_pull_request(hub, finetuned):
     env = hub_env(hub)
     assert push([finetuned, "--repo-id", "someone/tiny", "--revision", "v1", "--private"], env).returncode == 0

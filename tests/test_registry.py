@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 from huggingface_hub.errors import StrictDataclassError
@@ -107,3 +108,17 @@ def test_bert_weights_load_into_macbert_unchanged(minilm_dir):
 
 def test_package_exports_families():
     assert hf_plm_ext.MacBertConfig.model_type in [c.model_type for c in FAMILIES]
+
+
+def test_the_public_api_is_at_the_top_level_and_in_the_readme():
+    from hf_plm_ext import DataCollatorForCorrectionMasking, OBJECTIVES, SegmentMemoryTrainer, build_sop_pairs
+    from hf_plm_ext.data.correction_masking import DataCollatorForCorrectionMasking as collator
+    from hf_plm_ext.training.segment_memory import SegmentMemoryTrainer as trainer
+
+    assert DataCollatorForCorrectionMasking is collator and SegmentMemoryTrainer is trainer
+    assert callable(build_sop_pairs) and {"mlm", "macbert", "electra", "transfo-xl"} <= set(OBJECTIVES)
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    api = readme[readme.index("## Python API"):]
+    missing = [name for name in hf_plm_ext.__all__ if f"`{name}`" not in api]
+    assert missing == [], f"public names the README's Python API section does not list: {missing}"
+    assert all(getattr(hf_plm_ext, name) is not None for name in hf_plm_ext.__all__)

@@ -226,7 +226,7 @@ def test_pretrain_bad_segment_sizes_are_one_clear_error(tmp_path, shared_data, c
     train_tokenizer([corpus], "words", vocab_size=500).save_pretrained(tmp_path / "tok")
     common = ["pretrain", "transfo-xl", "--corpus", corpus, "--tokenizer", tmp_path / "tok", "--size", "tiny",
               "--max_steps", 1, "--report_to", "none"]
-    for flag, value, message in (("--mem-len", -1, "mem_len must be >= 0"),
+    for flag, value, message in (("--mem-len", -1, "--mem-len must be >= 0"),
                                  ("--tgt-len", 0, "segment length (0)")):
         code, _, err = run_cli([*common, flag, value, "--output", tmp_path / f"out{value}"], capsys)
         assert code == 2 and message in err, err

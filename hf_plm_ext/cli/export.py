@@ -1,6 +1,6 @@
 """``hf-plm-ext export electra``: one half of an ELECTRA run as a stock ``electra`` checkpoint."""
 
-from hf_plm_ext.hub.export import export_electra
+from hf_plm_ext.convert.electra import export_electra
 
 
 def add_to(commands):

@@ -3,7 +3,8 @@
 from transformers import HfArgumentParser, TrainingArguments
 
 from hf_plm_ext.cli.main import add_training_command, dataclasses_from
-from hf_plm_ext.eval.runner import FinetuneArguments, finetune, results_table
+from hf_plm_ext.eval.results import results_table
+from hf_plm_ext.eval.runner import FinetuneArguments, finetune
 from hf_plm_ext.eval.tasks import TASKS
 from hf_plm_ext.files import check_new_output
 

@@ -52,12 +52,28 @@ def build_parser():
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unrecognized = parser.parse_known_args(argv)
+    if unrecognized:
+        explain = getattr(args, "explain_unrecognized", None)
+        parser.error(explain(unrecognized) if explain else f"unrecognized arguments: {' '.join(unrecognized)}")
     try:
         args.handler(args)
     except UserInputError as err:
         print(f"hf-plm-ext: error: {err}", file=sys.stderr)
         sys.exit(2)
+    _leave_process_group()
+
+
+def _leave_process_group():
+    """Under torchrun, every rank that finished waits for the others and closes the group before exiting: a rank
+    that exited with the group open while another still wrote aborted now and then ("terminate called without an
+    active exception", SIGABRT)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -1,19 +1,35 @@
-"""``hf-plm-ext pretrain mlm``."""
+"""``hf-plm-ext pretrain OBJECTIVE``: one sub-command per row of the objective table, each with its own flags."""
 
 from transformers import HfArgumentParser, TrainingArguments
 
 from hf_plm_ext.cli.main import add_training_command, dataclasses_from
 from hf_plm_ext.files import check_new_output
-from hf_plm_ext.training.pretrain import OBJECTIVES, PretrainArguments, pretrain
+from hf_plm_ext.training.objectives import OBJECTIVES
+from hf_plm_ext.training.pretrain import pretrain
 
 
 def add_to(commands):
-    pretrain_parser = commands.add_parser("pretrain", help="pre-train an encoder from raw text")
+    pretrain_parser = commands.add_parser("pretrain", help="pre-train a model from raw text")
     objectives = pretrain_parser.add_subparsers(dest="objective_command", required=True, metavar="OBJECTIVE",
                                                 parser_class=HfArgumentParser)
-    for objective in OBJECTIVES:
-        add_training_command(objectives, objective, f"pre-train with the {objective!r} objective",
-                             [PretrainArguments, TrainingArguments], run, objective=objective)
+    parsers = {name: add_training_command(objectives, name, objective.help,
+                                          [objective.arguments_class, TrainingArguments], run)
+               for name, objective in OBJECTIVES.items()}
+    flags = {name: {flag for action in parser._actions for flag in action.option_strings}
+             for name, parser in parsers.items()}
+    for name, parser in parsers.items():
+        parser.set_defaults(explain_unrecognized=lambda extras, name=name: _foreign_flags(name, extras, flags))
+
+
+def _foreign_flags(objective, extras, flags) -> str:
+    """Name the objectives that a flag belongs to, for one clear error."""
+    unknown = [arg.split("=", 1)[0] for arg in extras if arg.startswith("-")] or extras
+    lines = []
+    for flag in unknown:
+        owners = [name for name, names in flags.items() if flag in names and name != objective]
+        where = f" (a flag of `pretrain {' / '.join(owners)}`)" if owners else ""
+        lines.append(f"{flag}{where}")
+    return f"`pretrain {objective}` has no {', '.join(lines)}; see `hf-plm-ext pretrain {objective} --help`"
 
 
 def run(args):

@@ -1,4 +1,9 @@
-"""Fine-tune and evaluate any ``AutoModelForSequenceClassification`` checkpoint on a GLUE/CLUE task."""
+"""Fine-tune and evaluate any ``AutoModelForSequenceClassification`` checkpoint on a GLUE/CLUE task, in steps.
+
+:func:`finetune` is :func:`load_task_data` -> :func:`build_classifier` -> :func:`encode_splits` ->
+:func:`classification_trainer` -> ``trainer.train()`` -> :func:`evaluate_splits` -> :func:`save_run`; a recipe
+with another trainer (distillation, adapters) composes the same steps with its own.
+"""
 
 import json
 from dataclasses import dataclass, field
@@ -18,6 +23,7 @@ from transformers import (
 
 from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.eval.readers import read_examples, read_label_list
+from hf_plm_ext.eval.results import write_results
 from hf_plm_ext.eval.tasks import Task, get_task, load_metric
 from hf_plm_ext.files import staged_output
 from hf_plm_ext.training.checks import check_sequence_length, check_tokenizer_fits, load_pretrained
@@ -131,22 +137,28 @@ def make_compute_metrics(task: Task):
     return compute_metrics
 
 
-def finetune(benchmark: str, args: FinetuneArguments, training_args: TrainingArguments) -> dict:
-    """Fine-tune ``args.model`` on one task, evaluate every validation split, write the model,
-    ``eval_results.json`` and ``eval_results.md`` into ``args.output`` (all or nothing)."""
-    set_seed(training_args.seed)  # the new head and adapter are made here, before the Trainer seeds itself
-    task = get_task(benchmark, args.task)
-    peft_config = None
-    if args.peft_config is not None:
-        if args.layerwise_lr_decay is not None:
-            raise UserInputError("--layerwise_lr_decay and --peft-config do not go together (the decay is for "
-                                 "full fine-tuning of an encoder's layers)")
-        peft_config = read_peft_config(args.peft_config)
-    train_path, validation_paths = task_files(task, args)
-    check_labels_file(task, args.data_dir)
-    train_examples = read_examples(task, train_path)
-    validation_examples = {split: read_examples(task, path) for split, path in validation_paths.items()}
+@dataclass
+class TaskData:
+    """A task's examples as read from its files (step 1 of :func:`finetune`)."""
 
+    task: Task
+    train_file: Path
+    validation_files: dict[str, Path]
+    train: object  # readers.Examples
+    validation: dict[str, object]
+
+
+def load_task_data(benchmark: str, args: FinetuneArguments) -> TaskData:
+    """The task's training split and every validation split (MNLI: matched and mismatched), checked."""
+    task = get_task(benchmark, args.task)
+    train_file, validation_files = task_files(task, args)
+    check_labels_file(task, args.data_dir)
+    return TaskData(task, train_file, validation_files, read_examples(task, train_file),
+                    {split: read_examples(task, path) for split, path in validation_files.items()})
+
+
+def build_classifier(task: Task, args: FinetuneArguments, peft_config=None):
+    """``(model, tokenizer)``: ``args.model`` with a head for ``task``'s labels, and ``peft_config``'s adapter."""
     label_kwargs = {"num_labels": task.num_labels}
     if task.is_regression:
         label_kwargs["problem_type"] = "regression"
@@ -162,64 +174,86 @@ def finetune(benchmark: str, args: FinetuneArguments, training_args: TrainingArg
     check_sequence_length(model, args.max_seq_length)
     if peft_config is not None:
         model = with_adapter(model, peft_config, args.peft_config)
+    return model, tokenizer
 
-    train_dataset = tokenize(train_examples, tokenizer, args.max_seq_length)
+
+def encode_splits(data: TaskData, tokenizer, args: FinetuneArguments):
+    """``(train_dataset, {split: eval_dataset})``, tokenised and truncated to ``args.max_seq_length``."""
+    train_dataset = tokenize(data.train, tokenizer, args.max_seq_length)
     if args.max_train_samples is not None:
         train_dataset = train_dataset.select(range(min(args.max_train_samples, len(train_dataset))))
-    eval_datasets = {split: tokenize(ex, tokenizer, args.max_seq_length) for split, ex in validation_examples.items()}
+    return train_dataset, {split: tokenize(examples, tokenizer, args.max_seq_length)
+                           for split, examples in data.validation.items()}
+
+
+def classification_trainer(model, tokenizer, task: Task, train_dataset, eval_datasets, training_args,
+                           trainer_class=Trainer, **trainer_kwargs):
+    """A ``trainer_class`` (the stock ``Trainer``, or e.g. a distillation or layer-wise-decay one) set up for
+    ``task``: padding collator, the task's metrics."""
+    trainer = trainer_class(model=model, args=training_args, train_dataset=train_dataset, eval_dataset=eval_datasets,
+                            processing_class=tokenizer,
+                            data_collator=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8),
+                            compute_metrics=make_compute_metrics(task), **trainer_kwargs)
+    # Sequence-classification heads return batch means: let the Trainer scale for gradient accumulation.
+    trainer.model_accepts_loss_kwargs = False
+    return trainer
+
+
+def evaluate_splits(trainer, data: TaskData, eval_datasets: dict) -> list[dict]:
+    """The task's metrics on every validation split."""
+    results = []
+    for split, dataset in eval_datasets.items():
+        metrics = trainer.evaluate(dataset, metric_key_prefix="eval")
+        results.append({
+            "split": split,
+            "file": str(data.validation_files[split]),
+            "num_examples": len(dataset),
+            "metrics": {name: metrics[f"eval_{name}"] for name in data.task.metrics},
+            "eval_loss": metrics.get("eval_loss"),
+        })
+    return results
+
+
+def save_run(trainer, directory, results: dict) -> None:
+    """The trained model (or adapter), its tokenizer, JSON training arguments and the results files."""
+    save_final(trainer, directory)
+    if trainer.is_world_process_zero():
+        write_results(directory, results)
+
+
+def finetune(benchmark: str, args: FinetuneArguments, training_args: TrainingArguments) -> dict:
+    """Fine-tune ``args.model`` on one task, evaluate every validation split, write the model,
+    ``eval_results.json`` and ``eval_results.md`` into ``args.output`` (all or nothing)."""
+    set_seed(training_args.seed)  # the new head and adapter are made here, before the Trainer seeds itself
+    peft_config = None
+    if args.peft_config is not None:
+        if args.layerwise_lr_decay is not None:
+            raise UserInputError("--layerwise_lr_decay and --peft-config do not go together (the decay is for "
+                                 "full fine-tuning of an encoder's layers)")
+        peft_config = read_peft_config(args.peft_config)
+    data = load_task_data(benchmark, args)
+    model, tokenizer = build_classifier(data.task, args, peft_config)
+    train_dataset, eval_datasets = encode_splits(data, tokenizer, args)
+    trainer_class, trainer_kwargs = Trainer, {}
+    if args.layerwise_lr_decay is not None:
+        trainer_class, trainer_kwargs = LayerwiseLRDecayTrainer, {"layerwise_lr_decay": args.layerwise_lr_decay}
 
     with staged_output(args.output) as staging:
         training_args.output_dir = str(staging)
-        trainer_class, extra = Trainer, {}
-        if args.layerwise_lr_decay is not None:
-            trainer_class, extra = LayerwiseLRDecayTrainer, {"layerwise_lr_decay": args.layerwise_lr_decay}
-        trainer = trainer_class(
-            model=model,
-            args=training_args,
-            train_dataset=train_dataset,
-            eval_dataset=eval_datasets,
-            processing_class=tokenizer,
-            data_collator=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8),
-            compute_metrics=make_compute_metrics(task),
-            **extra,
-        )
-        # Sequence-classification heads return batch means: let the Trainer scale for gradient accumulation.
-        trainer.model_accepts_loss_kwargs = False
+        trainer = classification_trainer(model, tokenizer, data.task, train_dataset, eval_datasets, training_args,
+                                         trainer_class, **trainer_kwargs)
         train_result = trainer.train()
         results = {
             "benchmark": benchmark,
-            "task": task.name,
+            "task": data.task.name,
             "model": str(args.model),
-            "train_file": str(train_path),
+            "train_file": str(data.train_file),
             "num_train_examples": len(train_dataset),
             "layerwise_lr_decay": args.layerwise_lr_decay,
             "peft_config": args.peft_config,
             "world_size": training_args.world_size,
             "train_metrics": train_result.metrics,
-            "results": [],
+            "results": evaluate_splits(trainer, data, eval_datasets),
         }
-        for split, dataset in eval_datasets.items():
-            metrics = trainer.evaluate(dataset, metric_key_prefix="eval")
-            results["results"].append({
-                "split": split,
-                "file": str(validation_paths[split]),
-                "num_examples": len(dataset),
-                "metrics": {name: metrics[f"eval_{name}"] for name in task.metrics},
-                "eval_loss": metrics.get("eval_loss"),
-            })
-        if trainer.is_world_process_zero():
-            save_final(trainer, staging)
-            (staging / "eval_results.json").write_text(json.dumps(results, indent=2) + "\n")
-            (staging / "eval_results.md").write_text(results_table([results]))
+        save_run(trainer, staging, results)
     return results
-
-
-def results_table(all_results: list[dict]) -> str:
-    """A markdown table with one row per (task, split, metric)."""
-    rows = ["| benchmark | task | split | metric | value |", "|---|---|---|---|---:|"]
-    for results in all_results:
-        for split in results["results"]:
-            for name, value in split["metrics"].items():
-                rows.append(f"| {results['benchmark']} | {results['task']} | {split['split']} | {name} | "
-                            f"{value:.4f} |")
-    return "\n".join(rows) + "\n"

@@ -16,6 +16,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from safetensors import safe_open
 
 from hf_plm_ext.errors import UserInputError
+from hf_plm_ext.eval.results import results_table
 
 # Which Auto class and pipeline a checkpoint's head belongs to, by the architecture's suffix.
 HEADS = {
@@ -25,17 +26,12 @@ HEADS = {
     "ForPreTraining": ("AutoModelForPreTraining", "feature-extraction"),
     "ForMaskedLM": ("AutoModelForMaskedLM", "feature-extraction"),
     "LMHeadModel": ("AutoModelForCausalLM", "text-generation"),
+    "ForCausalLM": ("AutoModelForCausalLM", "text-generation"),
     "Model": ("AutoModel", "feature-extraction"),
 }
 TRAINING_FIELDS = ("learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "max_steps",
                    "num_train_epochs", "warmup_steps", "weight_decay", "seed")
 PRETRAINING_FIELDS = ("objective", "corpus", "train_examples", "world_size", "initial_eval_loss", "final_eval_loss")
-MASKED_LM_FIELDS = ("mlm_probability", "max_seq_length")
-OBJECTIVE_FIELDS = {"mlm": MASKED_LM_FIELDS,
-                    "macbert": MASKED_LM_FIELDS + ("masking", "similar_words", "segmenter", "short_seq_prob"),
-                    "electra": MASKED_LM_FIELDS + ("size",),
-                    "transfo-xl": ("size", "tgt_len", "mem_len", "cutoffs", "validation_corpus")}
-
 
 def read_json(path: Path):
     try:
@@ -45,11 +41,10 @@ def read_json(path: Path):
 
 
 def template_for(model_type: str) -> str:
-    template = resources.files("hf_plm_ext.hub_cards").joinpath(f"{model_type}.md")
-    if not template.is_file():
-        raise UserInputError(f"no model-card template for model_type {model_type!r} in hub_cards/")
-    return template.read_text(encoding="utf-8")
-
+    """The family's card template, or the generic one for any other model type (stock ``bert``, ``electra``, ...)."""
+    cards = resources.files("hf_plm_ext.hub_cards")
+    template = cards.joinpath(f"{model_type}.md")
+    return (template if template.is_file() else cards.joinpath("generic.md")).read_text(encoding="utf-8")
 
 def eval_results_of(results: dict) -> list[EvalResult]:
     """``model-index`` entries from an ``eval_results.json`` written by the GLUE/CLUE runner."""
@@ -77,14 +72,14 @@ def render_card(checkpoint, repo_id=None, language=None, license=None, base_mode
 
     pretraining = {}
     if pretrained:
+        from hf_plm_ext.training.objectives import OBJECTIVES
+
         merged = {**pretrained.get("arguments", {}), **pretrained}
-        fields = PRETRAINING_FIELDS + OBJECTIVE_FIELDS.get(merged.get("objective"), ())
+        objective_class = OBJECTIVES.get(merged.get("objective"))
+        fields = PRETRAINING_FIELDS + (objective_class.card_fields if objective_class else ())
         pretraining = {k: _show(merged[k]) for k in fields if merged.get(k) is not None}
-        auc = merged.get("final_eval_metrics", {}).get("eval_discriminator_auc")
-        if auc is not None:
-            pretraining["held-out discriminator AUC"] = round(auc, 4)
-        if merged.get("final_eval_perplexity") is not None:
-            pretraining["held-out perplexity"] = round(merged["final_eval_perplexity"], 2)
+        if objective_class:
+            pretraining.update(objective_class.card_rows(merged))
     training = {k: _show(training_args[k]) for k in TRAINING_FIELDS if training_args.get(k) not in (None, -1)}
     objective = (pretrained or {}).get("objective")
     name = repo_id.split("/")[-1] if repo_id else checkpoint.name
@@ -103,8 +98,6 @@ def render_card(checkpoint, repo_id=None, language=None, license=None, base_mode
                                               else "."))
     else:
         what = f"This checkpoint is a `{architecture}`; its folder holds no record of how it was trained."
-    from hf_plm_ext.eval.runner import results_table
-
     card = ModelCard.from_template(
         card_data, template_str=template_for(config["model_type"]), model_name=name,
         repo_id=repo_id or f"path/to/{checkpoint.name}", auto_class=auto_class, architecture=architecture,
@@ -171,8 +164,6 @@ def render_adapter_card(checkpoint: Path, repo_id=None, language=None, license=N
         weight_names = list(handle.keys())
     # PEFT lists every usual head name (classifier, score); keep those this model has
     saved_modules = [m for m in adapter.get("modules_to_save") or [] if any(f".{m}." in n for n in weight_names)]
-    from hf_plm_ext.eval.runner import results_table
-
     card = ModelCard.from_template(
         card_data, template_str=template_for("adapter"), model_name=name, repo_id=repo_id or str(checkpoint),
         peft_type=peft_type, base_model=base or "its base model", num_parameters=_parameter_count(checkpoint),

@@ -2,17 +2,23 @@
 
 from pathlib import Path
 
+from transformers.trainer import TRAINING_ARGS_NAME
+
 
 def save_final(trainer, directory) -> None:
-    """Like ``Trainer.save_model`` (a PEFT model saves only its adapter) but writes ``training_args.json``
-    instead of the pickled ``training_args.bin``."""
+    """``Trainer.save_model`` (a PEFT model saves only its adapter), with ``training_args.json`` in place of the
+    pickled ``training_args.bin``.
+
+    Call it on every process: under FSDP or DeepSpeed ZeRO-3 ``save_model`` gathers the sharded weights there, and
+    only the main process writes.
+    """
     directory = Path(directory)
-    model = trainer.accelerator.unwrap_model(trainer.model)
     card = directory / "README.md"
     had_card = card.exists()
-    model.save_pretrained(str(directory))
+    trainer.save_model(str(directory))
+    if not trainer.is_world_process_zero():
+        return
+    (directory / TRAINING_ARGS_NAME).unlink(missing_ok=True)
     if card.exists() and not had_card:
         card.unlink()  # PEFT writes a generic card; `hf-plm-ext push` renders one from the run
-    if trainer.processing_class is not None:
-        trainer.processing_class.save_pretrained(str(directory))
     (directory / "training_args.json").write_text(trainer.args.to_json_string() + "\n")

@@ -11,6 +11,16 @@ from transformers.utils import logging
 
 logger = logging.get_logger(__name__)
 
+# Sizes of `hf-plm-ext pretrain transfo-xl --size`: tiny and small for quick runs, base = the paper's WikiText-103 base.
+SIZES = {
+    "tiny": dict(n_layer=2, d_model=128, d_embed=128, n_head=2, d_head=64, d_inner=512),
+    "small": dict(n_layer=4, d_model=256, d_embed=256, n_head=4, d_head=64, d_inner=1024),
+    "base": dict(n_layer=16, d_model=410, d_embed=410, n_head=10, d_head=41, d_inner=2100),
+}
+# What a fresh model of `from_size` has unless overridden (the 4.x defaults are the paper's large model's).
+FRESH_DEFAULTS = dict(cutoffs=[], adaptive=False, div_val=1, mem_len=128, clamp_len=-1, same_length=False,
+                      dropout=0.1, dropatt=0.0)
+
 
 @strict
 class TransfoXLConfig(PreTrainedConfig):
@@ -97,6 +107,15 @@ class TransfoXLConfig(PreTrainedConfig):
         family_auto_map = getattr(type(self), "_family_auto_map", None)  # see MacBertConfig
         if family_auto_map and getattr(self, "auto_map", None) is None:
             self.auto_map = dict(family_auto_map)
+
+    @classmethod
+    def from_size(cls, size: str, vocab_size: int, **overrides) -> "TransfoXLConfig":
+        """A fresh ``tiny`` (2 x 128), ``small`` (4 x 256, 4 heads x 64, FFN 1024) or ``base`` (16 x 410, 10 heads x
+        41, FFN 2100: the paper's WikiText-103 base) model with a plain softmax and memory 128; ``overrides`` set
+        any other field (``cutoffs=[20000, 40000], adaptive=True``, ``mem_len``, ...)."""
+        if size not in SIZES:
+            raise ValueError(f"TransfoXLConfig size must be one of {list(SIZES)}, got {size!r}")
+        return cls(vocab_size=vocab_size, **{**SIZES[size], **FRESH_DEFAULTS, **overrides})
 
     @property
     def max_position_embeddings(self):

@@ -1,0 +1,9 @@
+"""Checkpoints from elsewhere into this package's families, and this package's checkpoints out as stock ones.
+
+``bert``: a MacBERT encoder as ``bert``; ``electra``: an ``electra-rtd`` run's halves as ``electra``.
+"""
+
+from hf_plm_ext.convert.bert import export_as_bert
+from hf_plm_ext.convert.electra import export_electra
+
+__all__ = ["export_as_bert", "export_electra"]

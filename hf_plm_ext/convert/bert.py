@@ -1,0 +1,18 @@
+"""A family's BERT-compatible encoder (MacBERT's) as a stock ``bert`` checkpoint."""
+
+from transformers import BertConfig, BertModel
+
+from hf_plm_ext.files import staged_output
+
+
+def export_as_bert(model, output, tokenizer=None) -> None:
+    """Save ``model``'s encoder (``model.bert``, or the model itself) as ``model_type: bert`` in ``output``."""
+    encoder = getattr(model, "bert", model)
+    fields = {k: v for k, v in encoder.config.to_dict().items()
+              if k not in ("model_type", "auto_map", "architectures", "transformers_version")}
+    bert = BertModel(BertConfig(**fields), add_pooling_layer=encoder.pooler is not None)
+    bert.load_state_dict(encoder.state_dict())
+    with staged_output(output) as staging:
+        bert.save_pretrained(str(staging))
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(staging))

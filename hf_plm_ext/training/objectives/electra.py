@@ -1,0 +1,87 @@
+"""``electra``: token blocks; the ``electra-rtd`` model masks, samples and discriminates itself (``--size``),
+evaluation reports the discriminator's AUC."""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from huggingface_hub.errors import StrictDataclassError
+from transformers import AutoModelForPreTraining
+
+from hf_plm_ext.data.replaced_token_detection import SpecialTokensMaskCollator, rtd_metrics
+from hf_plm_ext.data.token_blocks import token_blocks
+from hf_plm_ext.errors import UserInputError, last_line
+from hf_plm_ext.training.objectives.base import MaskedInputArguments, Objective
+from hf_plm_ext.training.objectives.mlm import MaskedLM
+
+
+@dataclass
+class ElectraArguments(MaskedInputArguments):
+    size: str = field(default="small", metadata={"help": "discriminator size: tiny (2 x 128), small (12 x 256) or "
+                                                          "base (12 x 768); the generator has 1/4 of its width "
+                                                          "(base: 1/3)"})
+
+
+class ElectraRTD(Objective):
+    name = "electra"
+    help = "ELECTRA replaced-token detection: a generator and a discriminator trained together"
+    arguments_class = ElectraArguments
+    head = AutoModelForPreTraining
+    model_types = ("electra-rtd",)
+    label_names = ()  # the model masks its inputs and makes its labels itself
+    card_fields = ("mlm_probability", "max_seq_length", "size")
+    demo_training = MaskedLM.demo_training
+
+    def fresh_config(self, tokenizer):
+        from hf_plm_ext.modeling.electra_rtd import ElectraRTDConfig
+
+        if tokenizer.mask_token_id is None:
+            raise UserInputError(f"the tokenizer in {self.args.tokenizer} has no mask token; ELECTRA's generator "
+                                 f"needs one")
+        try:
+            config = ElectraRTDConfig.from_size(self.args.size, vocab_size=len(tokenizer),
+                                                pad_token_id=tokenizer.pad_token_id,
+                                                mask_token_id=tokenizer.mask_token_id,
+                                                mask_prob=self.args.mlm_probability)
+        except (ValueError, StrictDataclassError) as err:
+            raise UserInputError(f"--size {self.args.size!r}: {last_line(err)}") from None
+        for part in (config.discriminator_config, config.generator_config):
+            part.max_position_embeddings = max(part.max_position_embeddings, self.args.max_seq_length)
+        return config
+
+    def configure_checkpoint(self, model, tokenizer, where):
+        super().configure_checkpoint(model, tokenizer, where)
+        positions = model.config.discriminator_config.max_position_embeddings
+        if self.args.max_seq_length > positions:
+            raise UserInputError(f"--max_seq_length {self.args.max_seq_length} exceeds the model's "
+                                 f"max_position_embeddings ({positions})")
+
+    def collator(self, tokenizer, seed):
+        return SpecialTokensMaskCollator(tokenizer)
+
+    def build_data(self, tokenizer, training_args):
+        return token_blocks(self.args.corpus, tokenizer, self.args.max_seq_length, training_args.seed,
+                            self.args.validation_fraction)
+
+    def trainer_kwargs(self):
+        return {"compute_metrics": rtd_metrics}
+
+    @classmethod
+    def card_rows(cls, results):
+        auc = results.get("final_eval_metrics", {}).get("eval_discriminator_auc")
+        return {} if auc is None else {"held-out discriminator AUC": round(auc, 4)}
+
+    @classmethod
+    def demo_arguments(cls, corpus, tokenizer, output):
+        return ElectraArguments(corpus=corpus, tokenizer=tokenizer, output=output, size="tiny", max_seq_length=64)
+
+    @classmethod
+    def demo_model(cls):
+        return "an ELECTRA tiny pair (discriminator 2 x 128, generator 2 x 32)"
+
+    @classmethod
+    def checkpoint_to_finetune(cls, run_dir: Path, scratch: Path) -> Path:
+        """Fine-tuning starts from the discriminator alone, a stock ``electra`` checkpoint."""
+        from hf_plm_ext.convert.electra import export_electra
+
+        export_electra(run_dir, scratch / "discriminator", "discriminator")
+        return scratch / "discriminator"

@@ -1,0 +1,108 @@
+"""``transfo-xl``: the corpus as one token stream in ``per_device_train_batch_size`` parallel streams of ``--tgt-len``
+segments, read in order with the memory carried from batch to batch (``--mem-len``); next-token loss, evaluation
+reports perplexity."""
+
+from dataclasses import dataclass, field
+
+from huggingface_hub.errors import StrictDataclassError
+from transformers import AutoModelForCausalLM, default_data_collator
+
+from hf_plm_ext.data.segment_streams import StreamSegments, eos_id, tokenize_stream
+from hf_plm_ext.errors import UserInputError, last_line
+from hf_plm_ext.training.objectives.base import Objective, PretrainArguments
+from hf_plm_ext.training.segment_memory import SegmentMemoryTrainer
+
+FRESH_MEM_LEN = 128
+
+
+@dataclass
+class TransfoXLArguments(PretrainArguments):
+    size: str = field(default="small", metadata={"help": "a fresh model's size: tiny (2 x 128), small (4 x 256), "
+                                                          "base (16 x 410, the paper's WikiText-103 base)"})
+    validation_corpus: list[str] | None = field(default=None, metadata={
+        "help": "held-out text files (default: the last --validation_fraction of the corpus)"})
+    tgt_len: int = field(default=128, metadata={"aliases": ["--tgt-len"], "help": "tokens per segment"})
+    mem_len: int | None = field(default=None, metadata={
+        "aliases": ["--mem-len"], "help": f"remembered tokens per layer (0: none; default: {FRESH_MEM_LEN} for a "
+                                          f"fresh model, the checkpoint's own with --model)"})
+    cutoffs: str | None = field(default=None, metadata={
+        "help": "a fresh model's adaptive input/softmax cluster boundaries, e.g. '20000,40000' (default: plain "
+                "softmax)"})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.mem_len is not None and self.mem_len < 0:
+            raise UserInputError(f"--mem-len must be >= 0 (0: no memory), got {self.mem_len}")
+        try:
+            self.cutoff_list = [int(c) for c in self.cutoffs.split(",")] if self.cutoffs else []
+        except ValueError:
+            raise UserInputError(f"--cutoffs {self.cutoffs!r}: give increasing integers, e.g. '20000,40000'") from None
+
+
+class TransfoXLLanguageModel(Objective):
+    name = "transfo-xl"
+    help = "Transformer-XL language modelling: consecutive segments with the memory carried through the Trainer"
+    arguments_class = TransfoXLArguments
+    head = AutoModelForCausalLM
+    model_types = ("transfo-xl",)
+    trainer_class = SegmentMemoryTrainer  # batches continue each other, in order
+    label_names = ("shift_labels",)
+    card_fields = ("size", "tgt_len", "mem_len", "cutoffs", "validation_corpus")
+    demo_pipeline = "language-model"
+    demo_training = dict(per_device_train_batch_size=16, per_device_eval_batch_size=16, learning_rate=1e-3,
+                         max_grad_norm=0.25)
+
+    def fresh_config(self, tokenizer):
+        from hf_plm_ext.modeling.transfo_xl import TransfoXLConfig
+
+        args = self.args
+        # ids can skip one: a corpus word equal to a special token (WikiText's literal <unk>) keeps its id
+        vocab_size = max(len(tokenizer), max(tokenizer.get_vocab().values()) + 1)
+        try:
+            return TransfoXLConfig.from_size(
+                args.size, vocab_size=vocab_size, cutoffs=args.cutoff_list, adaptive=bool(args.cutoff_list),
+                mem_len=FRESH_MEM_LEN if args.mem_len is None else args.mem_len, eos_token_id=eos_id(tokenizer),
+                pad_token_id=tokenizer.pad_token_id)
+        except (ValueError, StrictDataclassError) as err:
+            raise UserInputError(f"transfo-xl model: {last_line(err)}") from None
+
+    def configure_checkpoint(self, model, tokenizer, where):
+        super().configure_checkpoint(model, tokenizer, where)
+        if self.args.mem_len is not None:  # asked for: the model trains, and is saved, with this memory
+            model.config.mem_len = self.args.mem_len
+
+    def collator(self, tokenizer, seed):
+        return default_data_collator  # a batch's segments are equally long
+
+    def build_data(self, tokenizer, training_args):
+        args = self.args
+        stream = tokenize_stream(args.corpus, tokenizer)
+        if args.validation_corpus:
+            held_out = tokenize_stream(args.validation_corpus, tokenizer)
+        else:
+            cut = len(stream) - max(2, int(len(stream) * args.validation_fraction))
+            stream, held_out = stream[:cut], stream[cut:]
+        world = training_args.world_size
+        return {"train": StreamSegments(stream, training_args.per_device_train_batch_size, args.tgt_len, world),
+                "test": StreamSegments(held_out, training_args.per_device_eval_batch_size, args.tgt_len, world)}
+
+    def configure_training(self, training_args):
+        super().configure_training(training_args)
+        training_args.train_sampling_strategy = "sequential"  # the batches continue each other
+
+    def extra_results(self, final_metrics):
+        return {"final_eval_perplexity": final_metrics["eval_perplexity"]}  # per predicted token
+
+    @classmethod
+    def card_rows(cls, results):
+        perplexity = results.get("final_eval_perplexity")
+        return {} if perplexity is None else {"held-out perplexity": round(perplexity, 2)}
+
+    @classmethod
+    def demo_arguments(cls, corpus, tokenizer, output):
+        return TransfoXLArguments(corpus=corpus, tokenizer=tokenizer, output=output, size="tiny", tgt_len=64,
+                                  mem_len=64)
+
+    @classmethod
+    def demo_model(cls):
+        return "a tiny Transformer-XL (2 x 128) on segments of 64 tokens with 64 remembered"
