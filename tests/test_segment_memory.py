@@ -174,8 +174,8 @@ def test_stream_perplexity_counts_every_token_once_and_memory_reproduces_one_win
     segmented = stream_perplexity(model, tokens, tgt_len=7)  # 6 segments, the last one 5 tokens
     assert segmented["tokens"] == 40
     assert math.isclose(segmented["loss"], whole.mean().item(), rel_tol=1e-5)
-    model.config.mem_len = 0
-    assert not math.isclose(stream_perplexity(model, tokens, tgt_len=7)["loss"], whole.mean().item(), rel_tol=1e-3)
+    assert not math.isclose(stream_perplexity(model, tokens, tgt_len=7, mem_len=0)["loss"], whole.mean().item(),
+                            rel_tol=1e-3)
 
 
 def test_pretrain_then_evaluate_from_the_command_line(tmp_path, shared_data, capsys):
@@ -265,11 +265,11 @@ def test_eval_lm_bad_input_is_one_clear_error(tmp_path, shared_data, capsys):
     assert (results["mem_len"], results["clamp_len"], results["same_length"]) == (16, 3, True)
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "xl")
     tokenizer = AutoTokenizer.from_pretrained(tmp_path / "xl")
-    model.config.update(dict(mem_len=16, clamp_len=3, same_length=True))
     stream = tokenize_stream([shakespeare], tokenizer)
-    expected = stream_perplexity(model, stream, tgt_len=64)
+    expected = stream_perplexity(model, stream, tgt_len=64, mem_len=16, clamp_len=3, same_length=True)
+    assert (model.config.mem_len, model.config.clamp_len, model.config.same_length) == (8, -1, False)  # unchanged
     assert results["tokens"] == expected["tokens"] > 19000
     assert math.isclose(results["loss"], expected["loss"], rel_tol=1e-6)
     assert math.isclose(results["bits_per_character"] * math.log(2), expected["loss"], rel_tol=1e-6)
-    model.config.update(dict(clamp_len=-1, same_length=False))
-    assert not math.isclose(stream_perplexity(model, stream, tgt_len=64)["loss"], expected["loss"], rel_tol=1e-4)
+    assert not math.isclose(stream_perplexity(model, stream, tgt_len=64, mem_len=16)["loss"], expected["loss"],
+                            rel_tol=1e-4)

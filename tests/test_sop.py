@@ -1,4 +1,3 @@
-import pytest
 from datasets import Dataset, load_dataset
 from transformers import AutoTokenizer
 

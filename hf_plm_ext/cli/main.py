@@ -9,7 +9,6 @@ import dataclasses
 import sys
 
 import torch
-from transformers import HfArgumentParser
 
 from hf_plm_ext.errors import UserInputError
 

@@ -24,8 +24,9 @@ def is_character_level(tokenizer) -> bool:
 
 
 @torch.no_grad()
-def stream_perplexity(model, token_ids, tgt_len, batch_size=1, device=None) -> dict:
-    """Mean next-token loss of ``model`` over ``token_ids`` read as ``batch_size`` streams with memory."""
+def stream_perplexity(model, token_ids, tgt_len, batch_size=1, device=None, **memory_settings) -> dict:
+    """Mean next-token loss of ``model`` over ``token_ids`` read as ``batch_size`` streams with memory;
+    ``memory_settings`` (``mem_len``, ``clamp_len``, ``same_length``) go to every forward call."""
     device = device or next(model.parameters()).device
     segments = StreamSegments(token_ids, batch_size, tgt_len)
     model.eval()
@@ -35,7 +36,7 @@ def stream_perplexity(model, token_ids, tgt_len, batch_size=1, device=None) -> d
         batch = [segments[step * batch_size + row] for row in range(batch_size)]
         input_ids = torch.stack([item["input_ids"] for item in batch]).to(device)
         targets = torch.stack([item["shift_labels"] for item in batch]).to(device)
-        outputs = model(input_ids, shift_labels=targets, **memory)
+        outputs = model(input_ids, shift_labels=targets, **memory, **memory_settings)
         memory = carried_memory(outputs)
         total += outputs.losses.double().sum().item()
         count += targets.numel()
@@ -46,27 +47,21 @@ def stream_perplexity(model, token_ids, tgt_len, batch_size=1, device=None) -> d
 
 def evaluate_language_model(model, tokenizer, corpus_files, tgt_len, mem_len=None, clamp_len=None,
                             same_length=None, batch_size=1) -> dict:
-    """``stream_perplexity`` on text files, with the memory settings given (None: the model's own)."""
+    """``stream_perplexity`` on text files, with the memory settings given (None: the model's own), passed to the
+    forward calls; ``model.config`` is not changed."""
     if tgt_len < 1 or batch_size < 1:
         raise UserInputError(f"--tgt-len ({tgt_len}) and --batch-size ({batch_size}) must be positive")
     if mem_len is not None and mem_len < 0:
         raise UserInputError(f"--mem-len must be >= 0, got {mem_len}")
     config = model.config
-    settings = {"mem_len": mem_len, "clamp_len": clamp_len, "same_length": same_length}
-    for name, value in settings.items():
+    asked = {"mem_len": mem_len, "clamp_len": clamp_len, "same_length": same_length}
+    for name, value in asked.items():
         if value is not None and not hasattr(config, name):
             raise UserInputError(f"--{name.replace('_', '-')}: the {config.model_type} model has no {name}")
-    saved = {name: getattr(config, name, None) for name in settings}
-    try:  # the model reads these at every forward; the caller's model keeps its own afterwards
-        for name, value in settings.items():
-            if value is not None:
-                setattr(config, name, value)
-        results = stream_perplexity(model, tokenize_stream(corpus_files, tokenizer), tgt_len, batch_size)
-        results.update({name: getattr(config, name, None) for name in settings})
-    finally:
-        for name, value in saved.items():
-            if value is not None:
-                setattr(config, name, value)
+    # forward arguments of every call: the model and its config stay as they are (safe beside other threads)
+    settings = {name: value for name, value in asked.items() if value is not None}
+    results = stream_perplexity(model, tokenize_stream(corpus_files, tokenizer), tgt_len, batch_size, **settings)
+    results.update({name: settings.get(name, getattr(config, name, None)) for name in asked})
     results.update(tgt_len=tgt_len, batch_size=batch_size, corpus=[str(f) for f in corpus_files])
     if is_character_level(tokenizer):
         results["bits_per_character"] = results["loss"] / math.log(2)

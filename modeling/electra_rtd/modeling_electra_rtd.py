@@ -39,6 +39,9 @@ class ElectraRTDOutput(ModelOutput):
         discriminator_logits: ``[batch, seq]`` replaced-token logits.
         discriminator_labels: ``[batch, seq]``, 1 = replaced, 0 = original, -100 at padding.
         sampled_input_ids: ``[batch, seq]`` the discriminator's input (originals with the samples).
+        hidden_states, attentions: the discriminator's, with ``output_hidden_states`` / ``output_attentions``
+            (``num_hidden_layers + 1`` tensors ``[batch, seq, hidden]``; ``num_hidden_layers`` tensors
+            ``[batch, heads, seq, seq]``).
     """
 
     loss: torch.Tensor | None = None
@@ -49,6 +52,8 @@ class ElectraRTDOutput(ModelOutput):
     discriminator_logits: torch.Tensor | None = None
     discriminator_labels: torch.Tensor | None = None
     sampled_input_ids: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
 
 
 class ElectraRTDPreTrainedModel(PreTrainedModel):
@@ -98,7 +103,12 @@ class ElectraForRTDPreTraining(ElectraRTDPreTrainedModel):
     def resize_token_embeddings(self, *args, **kwargs):
         if not self.config.tie_embeddings:  # the generator has its own table and head: resize them too
             self.generator.resize_token_embeddings(*args, **kwargs)
-        return super().resize_token_embeddings(*args, **kwargs)
+        embeddings = super().resize_token_embeddings(*args, **kwargs)
+        # both halves' configs are saved: each must say the new size, or the next load fails
+        for part in (self.config.discriminator_config, self.config.generator_config, self.generator.config,
+                     self.discriminator.config):
+            part.vocab_size = embeddings.num_embeddings
+        return embeddings
 
     def get_output_embeddings(self):
         return self.generator.generator_lm_head
@@ -141,7 +151,8 @@ class ElectraForRTDPreTraining(ElectraRTDPreTrainedModel):
             return (logits + gumbel).argmax(-1)
 
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, special_tokens_mask=None,
-                return_loss=True, **kwargs) -> ElectraRTDOutput:
+                return_loss=True, output_hidden_states=None, output_attentions=None, return_dict=None,
+                **kwargs) -> ElectraRTDOutput | tuple:
         r"""
         Args:
             input_ids: ``[batch, seq]`` token ids; original text when ``labels`` is None (the model
@@ -150,6 +161,8 @@ class ElectraForRTDPreTraining(ElectraRTDPreTrainedModel):
             special_tokens_mask: ``[batch, seq]``, 1 at tokens never to mask, e.g. from
                 ``tokenizer(..., return_special_tokens_mask=True)``; without it only padding and
                 ``[MASK]`` are recognised (by id), so ``[CLS]``/``[SEP]`` may be masked.
+            output_hidden_states, output_attentions: return the discriminator's.
+            return_dict: False returns the output's fields that are set, as a tuple (transformers' convention).
         """
         if labels is None:
             input_ids, labels = self.mask_tokens(input_ids, attention_mask, special_tokens_mask)
@@ -166,8 +179,11 @@ class ElectraForRTDPreTraining(ElectraRTDPreTrainedModel):
         originals = torch.where(masked, labels, input_ids)
         sampled_input_ids = originals.masked_scatter(masked, sampled)
         replaced = (sampled_input_ids != originals).float()
-        discriminator_logits = self.discriminator(sampled_input_ids, attention_mask=attention_mask,
-                                                  token_type_ids=token_type_ids, **kwargs).logits
+        discriminator_outputs = self.discriminator(sampled_input_ids, attention_mask=attention_mask,
+                                                   token_type_ids=token_type_ids,
+                                                   output_hidden_states=output_hidden_states,
+                                                   output_attentions=output_attentions, **kwargs)
+        discriminator_logits = discriminator_outputs.logits
         active = torch.ones_like(replaced) if attention_mask is None else attention_mask.float()
         per_token = nn.functional.binary_cross_entropy_with_logits(discriminator_logits.float(), replaced,
                                                                    reduction="none")
@@ -178,12 +194,15 @@ class ElectraForRTDPreTraining(ElectraRTDPreTrainedModel):
             generator_accuracy = (generator_logits.argmax(-1) == targets).float().mean()
             correct = ((discriminator_logits > 0).float() == replaced).float()
             discriminator_accuracy = (correct * active).sum() / active.sum().clamp(min=1)
-        return ElectraRTDOutput(
+        output = ElectraRTDOutput(
             loss=loss if return_loss else None, generator_loss=generator_loss, discriminator_loss=discriminator_loss,
             generator_accuracy=generator_accuracy, discriminator_accuracy=discriminator_accuracy,
             discriminator_logits=discriminator_logits,
             discriminator_labels=replaced.long().masked_fill(active == 0, -100), sampled_input_ids=sampled_input_ids,
+            hidden_states=discriminator_outputs.hidden_states, attentions=discriminator_outputs.attentions,
         )
+        return output if (return_dict if return_dict is not None else self.config.return_dict) else \
+            output.to_tuple()
 
     def save_discriminator(self, directory, **kwargs):
         """Save the discriminator as a plain ``electra`` checkpoint (stock transformers, no remote code)."""

@@ -497,6 +497,9 @@ class TransfoXLPreTrainedModel(PreTrainedModel):
     # transformers 4.x saved the sinusoids' frequencies; they are recomputed here
     _keys_to_ignore_on_load_unexpected = [r"pos_emb\.inv_freq"]
 
+    def _returns_dict(self, return_dict) -> bool:
+        return return_dict if return_dict is not None else self.config.return_dict
+
     def _weight_init(self, tensor, std=None):
         if self.config.init == "uniform":
             init.uniform_(tensor, -self.config.init_range, self.config.init_range)
@@ -583,9 +586,8 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
                                  f"{(*memory.shape[:2], width)}: the keys and values of mems[{i}] "
                                  f"[batch, memory length, 2 * n_head * d_head]")
 
-    def _updated_mems(self, layer_inputs, mems):
+    def _updated_mems(self, layer_inputs, mems, mem_len):
         """The last ``mem_len`` inputs of each layer over ``[memory; segment]``, without gradient."""
-        mem_len = self.config.mem_len
         if mem_len == 0:
             return None
         with torch.no_grad():
@@ -595,11 +597,14 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
                     for m, h in zip(mems, layer_inputs)]
 
     def forward(self, input_ids=None, mems=None, inputs_embeds=None, attention_mask=None, output_attentions=None,
-                output_hidden_states=None, return_dict=None, mem_key_values=None, use_cache=None,
-                **kwargs) -> TransfoXLModelOutput:
+                output_hidden_states=None, return_dict=None, mem_key_values=None, use_cache=None, mem_len=None,
+                clamp_len=None, same_length=None, **kwargs) -> TransfoXLModelOutput | tuple:
         """input_ids ``[batch, seq]`` (or inputs_embeds ``[batch, seq, d_model]``); mems from the previous
         segment's output. ``attention_mask`` may only mark every token (Transformer-XL has no padding
         mask: pad on the right, where causal attention never reaches).
+
+        ``mem_len``, ``clamp_len``, ``same_length`` override the config's for this call (e.g. evaluating with a
+        longer memory than in training) without changing the model.
 
         ``mem_key_values`` (the previous output's, with its ``mems``) spares recomputing the memory's keys
         and values, as ``past_key_values`` do elsewhere in transformers: valid only while the weights are
@@ -623,13 +628,18 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
         if mem_key_values is not None:
             self._check_mem_key_values(mem_key_values, mems)
             mem_key_values = [key_value.to(hidden.dtype) for key_value in mem_key_values]
+        mem_len = self.config.mem_len if mem_len is None else mem_len
+        clamp_len = self.config.clamp_len if clamp_len is None else clamp_len
+        same_length = self.config.same_length if same_length is None else same_length
+        if mem_len < 0:
+            raise ValueError(f"mem_len must be >= 0 (0: no memory), got {mem_len}")
         mlen = 0 if mems is None else mems[0].shape[1]
         klen = mlen + qlen
-        attention_bias = causal_memory_bias(qlen, mlen, self.config.mem_len, self.config.same_length, hidden.dtype,
+        attention_bias = causal_memory_bias(qlen, mlen, mem_len, same_length, hidden.dtype,
                                             hidden.device)  # once for all layers
         distances = torch.arange(klen - 1, -1, -1, device=hidden.device)
-        if self.config.clamp_len > 0:
-            distances = distances.clamp(max=self.config.clamp_len)
+        if clamp_len > 0:
+            distances = distances.clamp(max=clamp_len)
         position_embeddings = self.drop(self.pos_emb(distances).to(hidden.dtype))
         hidden = self.drop(hidden)
         shared_biases = () if self.config.untie_r else (self.r_w_bias, self.r_r_bias)
@@ -642,15 +652,16 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
                 memory_key_value=None if mem_key_values is None else mem_key_values[i])
             attentions.append(probs)
             key_values.append(key_value)
-        new_mems = self._updated_mems(layer_inputs, mems)
+        new_mems = self._updated_mems(layer_inputs, mems, mem_len)
         # key_values cover [memory; segment], the rows of the new mems: their last mem_len are its cache
         caching = new_mems is not None and use_cache is not False and not torch.is_grad_enabled()
         hidden = self.drop(hidden)
-        return TransfoXLModelOutput(
+        output = TransfoXLModelOutput(
             last_hidden_state=hidden, mems=new_mems,
-            mem_key_values=[key_value[:, -self.config.mem_len:] for key_value in key_values] if caching else None,
+            mem_key_values=[key_value[:, -mem_len:] for key_value in key_values] if caching else None,
             hidden_states=tuple(layer_inputs) + (hidden,) if output_hidden_states else None,
             attentions=tuple(attentions) if output_attentions else None)
+        return output if self._returns_dict(return_dict) else output.to_tuple()
 
 
 class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
@@ -705,21 +716,25 @@ class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
 
     def forward(self, input_ids=None, mems=None, labels=None, shift_labels=None, inputs_embeds=None,
                 attention_mask=None, output_attentions=None, output_hidden_states=None, return_dict=None,
-                use_cache=None, mem_key_values=None, **kwargs) -> TransfoXLLMHeadModelOutput:
+                use_cache=None, mem_key_values=None, mem_len=None, clamp_len=None, same_length=None,
+                **kwargs) -> TransfoXLLMHeadModelOutput | tuple:
         """Args:
             input_ids: ``[batch, seq]``; mems: the previous segment's ``mems`` (or None).
             mem_key_values, use_cache: the memory's key/value cache, see :meth:`TransfoXLModel.forward`.
             labels: ``[batch, seq]``, usually ``input_ids``; position ``t`` predicts ``labels[t + 1]``.
             shift_labels: ``[batch, seq]`` targets already shifted (position ``t`` predicts
-                ``shift_labels[t]``), e.g. the next segment's first token at the last position.
-                -100 is ignored in both.
+                ``shift_labels[t]``), e.g. the next segment's first token at the last position; given with
+                ``labels`` (context-parallel trainers pass both), ``shift_labels`` wins, as in transformers'
+                causal-LM loss. -100 is ignored in both.
+            mem_len, clamp_len, same_length: this call's memory settings (default: the config's).
         """
         outputs = self.transformer(input_ids, mems=mems, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
                                    output_attentions=output_attentions, output_hidden_states=output_hidden_states,
-                                   mem_key_values=mem_key_values, use_cache=use_cache)
+                                   mem_key_values=mem_key_values, use_cache=use_cache, mem_len=mem_len,
+                                   clamp_len=clamp_len, same_length=same_length)
         hidden = outputs.last_hidden_state
-        if labels is not None and shift_labels is not None:
-            raise ValueError("give labels or shift_labels, not both")
+        if shift_labels is not None:
+            labels = None
         targets = shift_labels
         if labels is not None:  # position t predicts labels[t + 1]; the last position predicts nothing
             targets = F.pad(labels[:, 1:], (0, 1), value=-100)
@@ -741,9 +756,10 @@ class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
             loss = losses.sum() / (targets != -100).sum().clamp(min=1)
             if labels is not None:
                 losses = losses[:, :-1]
-        return TransfoXLLMHeadModelOutput(loss=loss, losses=losses, logits=logits, mems=outputs.mems,
-                                          mem_key_values=outputs.mem_key_values,
-                                          hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        output = TransfoXLLMHeadModelOutput(loss=loss, losses=losses, logits=logits, mems=outputs.mems,
+                                            mem_key_values=outputs.mem_key_values,
+                                            hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        return output if self._returns_dict(return_dict) else output.to_tuple()
 
 
 class TransfoXLForSequenceClassification(TransfoXLPreTrainedModel):
@@ -757,11 +773,14 @@ class TransfoXLForSequenceClassification(TransfoXLPreTrainedModel):
         self.post_init()
 
     def forward(self, input_ids=None, mems=None, labels=None, inputs_embeds=None, attention_mask=None,
-                output_attentions=None, output_hidden_states=None, return_dict=None, **kwargs):
+                output_attentions=None, output_hidden_states=None, return_dict=None, mem_len=None, clamp_len=None,
+                same_length=None, **kwargs) -> TransfoXLSequenceClassifierOutput | tuple:
         """input_ids ``[batch, seq]`` right-padded with ``pad_token_id`` (or ``attention_mask`` 1 = token).
 
         The mask only locates each row's last token: with right padding, causal attention never
-        reaches the padding, so the encoder needs no mask."""
+        reaches the padding, so the encoder needs no mask. The loss follows ``config.problem_type`` as
+        transformers' classifiers do (unset: regression for one label, single-label for integer labels,
+        multi-label for float labels)."""
         if attention_mask is not None:
             lengths = attention_mask.sum(-1)
         elif input_ids is not None and self.config.pad_token_id is not None:
@@ -769,19 +788,33 @@ class TransfoXLForSequenceClassification(TransfoXLPreTrainedModel):
         else:
             lengths = None
         outputs = self.transformer(input_ids, mems=mems, inputs_embeds=inputs_embeds,
-                                   output_attentions=output_attentions, output_hidden_states=output_hidden_states)
+                                   output_attentions=output_attentions, output_hidden_states=output_hidden_states,
+                                   mem_len=mem_len, clamp_len=clamp_len, same_length=same_length)
         hidden = outputs.last_hidden_state
         last = hidden.shape[1] - 1 if lengths is None else (lengths - 1).clamp(min=0)
         pooled = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
         logits = self.score(pooled)
-        loss = None
-        if labels is not None:
+        loss = None if labels is None else self.classification_loss(logits, labels)
+        output = TransfoXLSequenceClassifierOutput(loss=loss, logits=logits, mems=outputs.mems,
+                                                   hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+        return output if self._returns_dict(return_dict) else output.to_tuple()
+
+    def classification_loss(self, logits, labels):
+        """transformers' rule for sequence classifiers (and the problem type it settles on, kept in the config)."""
+        if self.config.problem_type is None:
             if self.num_labels == 1:
-                loss = F.mse_loss(logits.squeeze(-1), labels.to(logits.dtype))
+                self.config.problem_type = "regression"
+            elif labels.dtype in (torch.long, torch.int):
+                self.config.problem_type = "single_label_classification"
             else:
-                loss = F.cross_entropy(logits, labels)
-        return TransfoXLSequenceClassifierOutput(loss=loss, logits=logits, mems=outputs.mems,
-                                                 hidden_states=outputs.hidden_states, attentions=outputs.attentions)
+                self.config.problem_type = "multi_label_classification"
+        if self.config.problem_type == "regression":
+            if self.num_labels == 1:
+                return F.mse_loss(logits.squeeze(-1), labels.squeeze(-1).to(logits.dtype))
+            return F.mse_loss(logits, labels.to(logits.dtype))
+        if self.config.problem_type == "single_label_classification":
+            return F.cross_entropy(logits.view(-1, self.num_labels), labels.view(-1))
+        return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
 
 
 __all__ = ["TransfoXLModel", "TransfoXLLMHeadModel", "TransfoXLForSequenceClassification", "TransfoXLPreTrainedModel",

@@ -1,0 +1,68 @@
+"""The family tester's table: one tiny config per family (and variant), the model classes registered for it, and
+inputs any of them takes. ``tests/test_family_common.py`` runs one suite over every row, in the manner of
+transformers' ``ModelTesterMixin``; a new family is one entry in ``TINY_CONFIGS``.
+
+Every config here is tiny (hidden sizes 16-128, two layers): the default test run builds no production-size model.
+"""
+
+import torch
+
+from hf_plm_ext import FAMILIES, ElectraRTDConfig, MacBertConfig, TransfoXLConfig
+
+VOCAB = 99
+
+
+def tiny_macbert(**overrides):
+    return MacBertConfig(**{**dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                   intermediate_size=37, max_position_embeddings=64), **overrides})
+
+
+def tiny_electra_rtd(**overrides):
+    return ElectraRTDConfig.from_size("tiny", vocab_size=VOCAB, mask_token_id=4, **overrides)
+
+
+def tiny_transfo_xl(**overrides):
+    return TransfoXLConfig(**{**dict(vocab_size=VOCAB, adaptive=False, cutoffs=[], d_model=16, d_embed=16, n_head=2,
+                                     d_head=8, d_inner=32, n_layer=2, mem_len=8, clamp_len=-1, same_length=False,
+                                     dropout=0.0, eos_token_id=None), **overrides})
+
+
+def tiny_transfo_xl_adaptive(**overrides):
+    return tiny_transfo_xl(**{**dict(adaptive=True, cutoffs=[30, 60], div_val=2, d_embed=16), **overrides})
+
+
+# name -> a tiny config of that family (a variant's name says how it differs)
+TINY_CONFIGS = {
+    "macbert": tiny_macbert,
+    "electra-rtd": tiny_electra_rtd,
+    "transfo-xl": tiny_transfo_xl,
+    "transfo-xl-adaptive": tiny_transfo_xl_adaptive,
+}
+
+
+def model_classes(config_factory) -> dict:
+    """``{auto class name: model class}`` registered for the family of ``config_factory``'s config."""
+    return FAMILIES[type(config_factory())]
+
+
+# (variant, Auto class name, model class) for every model class of every family
+CASES = [(variant, auto_name, model_class) for variant, factory in TINY_CONFIGS.items()
+         for auto_name, model_class in model_classes(factory).items()]
+CASE_IDS = [f"{variant}-{model_class.__name__}" for variant, _, model_class in CASES]
+
+
+def input_ids(batch=2, length=7, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(5, VOCAB, (batch, length), generator=generator)
+
+
+def first_output(outputs) -> torch.Tensor:
+    """The first tensor a model returns (logits, or the last hidden state), from a ModelOutput or a tuple."""
+    values = outputs.to_tuple() if hasattr(outputs, "to_tuple") else outputs
+    return next(v for v in values if isinstance(v, torch.Tensor) and v.dim() > 0)
+
+
+def run(model, ids, seed=0, **kwargs):
+    """A forward pass with the global RNG seeded (ELECTRA's RTD model masks and samples its own inputs)."""
+    torch.manual_seed(seed)
+    return model(input_ids=ids, **kwargs)
