@@ -30,11 +30,12 @@ class SubLossTrainer(Trainer):
 
     def log(self, logs, start_time=None):
         if self._sub_loss_count and "loss" in logs:
-            names = sorted(self._sub_loss_sums)
-            means = torch.stack([self._sub_loss_sums[name] for name in names]) / self._sub_loss_count
-            means = self.accelerator.reduce(means, reduction="mean")
-            averages = {name: round(value, 4) for name, value in zip(names, means.tolist())}
-            logs.update(averages)
-            self.sub_loss_history.append({"step": self.state.global_step, **averages})
+            if self._sub_loss_sums:  # a model without named sub-losses (a plain MLM head) logs only `loss`
+                names = sorted(self._sub_loss_sums)
+                means = torch.stack([self._sub_loss_sums[name] for name in names]) / self._sub_loss_count
+                means = self.accelerator.reduce(means, reduction="mean")
+                averages = {name: round(value, 4) for name, value in zip(names, means.tolist())}
+                logs.update(averages)
+                self.sub_loss_history.append({"step": self.state.global_step, **averages})
             self._sub_loss_sums, self._sub_loss_count = {}, 0
         super().log(logs, start_time)
