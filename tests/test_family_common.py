@@ -63,6 +63,10 @@ def test_return_dict_false_returns_a_tuple(variant, auto_name, model_class):
     assert type(as_tuple) is tuple
     assert torch.equal(first_output(as_tuple), first_output(as_output))
     assert len(as_tuple) == len(as_output.to_tuple())
+    model.config.return_dict = False  # the config's setting, as transformers reads it
+    with torch.no_grad():
+        assert torch.equal(first_output(run(model, ids)), first_output(as_output))
+        assert type(run(model, ids)) is tuple
 
 
 @pytest.mark.parametrize("variant,auto_name,model_class", CASES, ids=CASE_IDS)

@@ -22,7 +22,7 @@ from transformers import (
 )
 
 from hf_plm_ext.errors import UserInputError
-from hf_plm_ext.eval.readers import read_examples, read_label_list
+from hf_plm_ext.eval.readers import Examples, read_examples, read_label_list
 from hf_plm_ext.eval.results import write_results
 from hf_plm_ext.eval.tasks import Task, get_task, load_metric
 from hf_plm_ext.files import staged_output
@@ -144,8 +144,8 @@ class TaskData:
     task: Task
     train_file: Path
     validation_files: dict[str, Path]
-    train: object  # readers.Examples
-    validation: dict[str, object]
+    train: Examples
+    validation: dict[str, Examples]
 
 
 def load_task_data(benchmark: str, args: FinetuneArguments) -> TaskData:

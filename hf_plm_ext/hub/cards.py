@@ -17,6 +17,7 @@ from safetensors import safe_open
 
 from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.eval.results import results_table
+from hf_plm_ext.training.objectives import OBJECTIVES
 
 # Which Auto class and pipeline a checkpoint's head belongs to, by the architecture's suffix.
 HEADS = {
@@ -33,6 +34,7 @@ TRAINING_FIELDS = ("learning_rate", "per_device_train_batch_size", "gradient_acc
                    "num_train_epochs", "warmup_steps", "weight_decay", "seed")
 PRETRAINING_FIELDS = ("objective", "corpus", "train_examples", "world_size", "initial_eval_loss", "final_eval_loss")
 
+
 def read_json(path: Path):
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -45,6 +47,7 @@ def template_for(model_type: str) -> str:
     cards = resources.files("hf_plm_ext.hub_cards")
     template = cards.joinpath(f"{model_type}.md")
     return (template if template.is_file() else cards.joinpath("generic.md")).read_text(encoding="utf-8")
+
 
 def eval_results_of(results: dict) -> list[EvalResult]:
     """``model-index`` entries from an ``eval_results.json`` written by the GLUE/CLUE runner."""
@@ -72,8 +75,6 @@ def render_card(checkpoint, repo_id=None, language=None, license=None, base_mode
 
     pretraining = {}
     if pretrained:
-        from hf_plm_ext.training.objectives import OBJECTIVES
-
         merged = {**pretrained.get("arguments", {}), **pretrained}
         objective_class = OBJECTIVES.get(merged.get("objective"))
         fields = PRETRAINING_FIELDS + (objective_class.card_fields if objective_class else ())

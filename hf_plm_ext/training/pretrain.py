@@ -124,8 +124,6 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:
             "train_sub_losses": trainer.sub_loss_history,
             **objective.extra_results(final),
         }
-        if hasattr(args, "max_seq_length"):
-            results["max_seq_length"] = args.max_seq_length
         save_final(trainer, staging)
         if trainer.is_world_process_zero():
             (staging / "pretrain_results.json").write_text(json.dumps(results, indent=2) + "\n")

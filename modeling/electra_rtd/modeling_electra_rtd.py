@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from transformers import ElectraForMaskedLM, ElectraForPreTraining, PreTrainedModel
-from transformers.utils import ModelOutput
+from transformers.utils import ModelOutput, can_return_tuple
 
 from .configuration_electra_rtd import ElectraRTDConfig
 
@@ -150,8 +150,9 @@ class ElectraForRTDPreTraining(ElectraRTDPreTrainedModel):
             gumbel = -torch.log(-torch.log(uniform + 1e-9) + 1e-9)
             return (logits + gumbel).argmax(-1)
 
+    @can_return_tuple
     def forward(self, input_ids, attention_mask=None, token_type_ids=None, labels=None, special_tokens_mask=None,
-                return_loss=True, output_hidden_states=None, output_attentions=None, return_dict=None,
+                return_loss=True, output_hidden_states=None, output_attentions=None,
                 **kwargs) -> ElectraRTDOutput | tuple:
         r"""
         Args:
@@ -162,13 +163,14 @@ class ElectraForRTDPreTraining(ElectraRTDPreTrainedModel):
                 ``tokenizer(..., return_special_tokens_mask=True)``; without it only padding and
                 ``[MASK]`` are recognised (by id), so ``[CLS]``/``[SEP]`` may be masked.
             output_hidden_states, output_attentions: return the discriminator's.
-            return_dict: False returns the output's fields that are set, as a tuple (transformers' convention).
+            return_dict: False returns the output's fields that are set, as a tuple (``can_return_tuple``).
         """
         if labels is None:
             input_ids, labels = self.mask_tokens(input_ids, attention_mask, special_tokens_mask)
         masked = labels != -100
         generator_hidden = self.generator.electra(input_ids, attention_mask=attention_mask,
-                                                  token_type_ids=token_type_ids, **kwargs).last_hidden_state
+                                                  token_type_ids=token_type_ids, return_dict=True,
+                                                  **kwargs).last_hidden_state
         # Vocabulary logits only where they are used: the masked positions.
         generator_logits = self.generator.generator_lm_head(
             self.generator.generator_predictions(generator_hidden[masked]))
@@ -182,7 +184,7 @@ class ElectraForRTDPreTraining(ElectraRTDPreTrainedModel):
         discriminator_outputs = self.discriminator(sampled_input_ids, attention_mask=attention_mask,
                                                    token_type_ids=token_type_ids,
                                                    output_hidden_states=output_hidden_states,
-                                                   output_attentions=output_attentions, **kwargs)
+                                                   output_attentions=output_attentions, return_dict=True, **kwargs)
         discriminator_logits = discriminator_outputs.logits
         active = torch.ones_like(replaced) if attention_mask is None else attention_mask.float()
         per_token = nn.functional.binary_cross_entropy_with_logits(discriminator_logits.float(), replaced,
@@ -194,15 +196,13 @@ class ElectraForRTDPreTraining(ElectraRTDPreTrainedModel):
             generator_accuracy = (generator_logits.argmax(-1) == targets).float().mean()
             correct = ((discriminator_logits > 0).float() == replaced).float()
             discriminator_accuracy = (correct * active).sum() / active.sum().clamp(min=1)
-        output = ElectraRTDOutput(
+        return ElectraRTDOutput(
             loss=loss if return_loss else None, generator_loss=generator_loss, discriminator_loss=discriminator_loss,
             generator_accuracy=generator_accuracy, discriminator_accuracy=discriminator_accuracy,
             discriminator_logits=discriminator_logits,
             discriminator_labels=replaced.long().masked_fill(active == 0, -100), sampled_input_ids=sampled_input_ids,
             hidden_states=discriminator_outputs.hidden_states, attentions=discriminator_outputs.attentions,
         )
-        return output if (return_dict if return_dict is not None else self.config.return_dict) else \
-            output.to_tuple()
 
     def save_discriminator(self, directory, **kwargs):
         """Save the discriminator as a plain ``electra`` checkpoint (stock transformers, no remote code)."""

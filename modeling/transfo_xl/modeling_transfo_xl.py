@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
-from transformers.utils import ModelOutput
+from transformers.utils import ModelOutput, can_return_tuple
 
 from .configuration_transfo_xl import TransfoXLConfig
 
@@ -497,9 +497,6 @@ class TransfoXLPreTrainedModel(PreTrainedModel):
     # transformers 4.x saved the sinusoids' frequencies; they are recomputed here
     _keys_to_ignore_on_load_unexpected = [r"pos_emb\.inv_freq"]
 
-    def _returns_dict(self, return_dict) -> bool:
-        return return_dict if return_dict is not None else self.config.return_dict
-
     def _weight_init(self, tensor, std=None):
         if self.config.init == "uniform":
             init.uniform_(tensor, -self.config.init_range, self.config.init_range)
@@ -596,8 +593,9 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
             return [(h if h.shape[1] >= mem_len else torch.cat([m, h], dim=1))[:, -mem_len:].detach()
                     for m, h in zip(mems, layer_inputs)]
 
+    @can_return_tuple
     def forward(self, input_ids=None, mems=None, inputs_embeds=None, attention_mask=None, output_attentions=None,
-                output_hidden_states=None, return_dict=None, mem_key_values=None, use_cache=None, mem_len=None,
+                output_hidden_states=None, mem_key_values=None, use_cache=None, mem_len=None,
                 clamp_len=None, same_length=None, **kwargs) -> TransfoXLModelOutput | tuple:
         """input_ids ``[batch, seq]`` (or inputs_embeds ``[batch, seq, d_model]``); mems from the previous
         segment's output. ``attention_mask`` may only mark every token (Transformer-XL has no padding
@@ -656,12 +654,11 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
         # key_values cover [memory; segment], the rows of the new mems: their last mem_len are its cache
         caching = new_mems is not None and use_cache is not False and not torch.is_grad_enabled()
         hidden = self.drop(hidden)
-        output = TransfoXLModelOutput(
+        return TransfoXLModelOutput(
             last_hidden_state=hidden, mems=new_mems,
             mem_key_values=[key_value[:, -mem_len:] for key_value in key_values] if caching else None,
             hidden_states=tuple(layer_inputs) + (hidden,) if output_hidden_states else None,
             attentions=tuple(attentions) if output_attentions else None)
-        return output if self._returns_dict(return_dict) else output.to_tuple()
 
 
 class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
@@ -714,8 +711,9 @@ class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
         inputs["mems"], inputs["mem_key_values"] = mems, mem_key_values  # a padding attention_mask is refused
         return inputs
 
+    @can_return_tuple
     def forward(self, input_ids=None, mems=None, labels=None, shift_labels=None, inputs_embeds=None,
-                attention_mask=None, output_attentions=None, output_hidden_states=None, return_dict=None,
+                attention_mask=None, output_attentions=None, output_hidden_states=None,
                 use_cache=None, mem_key_values=None, mem_len=None, clamp_len=None, same_length=None,
                 **kwargs) -> TransfoXLLMHeadModelOutput | tuple:
         """Args:
@@ -731,7 +729,7 @@ class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
         outputs = self.transformer(input_ids, mems=mems, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
                                    output_attentions=output_attentions, output_hidden_states=output_hidden_states,
                                    mem_key_values=mem_key_values, use_cache=use_cache, mem_len=mem_len,
-                                   clamp_len=clamp_len, same_length=same_length)
+                                   clamp_len=clamp_len, same_length=same_length, return_dict=True)
         hidden = outputs.last_hidden_state
         if shift_labels is not None:
             labels = None
@@ -756,10 +754,9 @@ class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
             loss = losses.sum() / (targets != -100).sum().clamp(min=1)
             if labels is not None:
                 losses = losses[:, :-1]
-        output = TransfoXLLMHeadModelOutput(loss=loss, losses=losses, logits=logits, mems=outputs.mems,
-                                            mem_key_values=outputs.mem_key_values,
-                                            hidden_states=outputs.hidden_states, attentions=outputs.attentions)
-        return output if self._returns_dict(return_dict) else output.to_tuple()
+        return TransfoXLLMHeadModelOutput(loss=loss, losses=losses, logits=logits, mems=outputs.mems,
+                                          mem_key_values=outputs.mem_key_values,
+                                          hidden_states=outputs.hidden_states, attentions=outputs.attentions)
 
 
 class TransfoXLForSequenceClassification(TransfoXLPreTrainedModel):
@@ -772,8 +769,9 @@ class TransfoXLForSequenceClassification(TransfoXLPreTrainedModel):
         self.score = nn.Linear(config.d_model, config.num_labels, bias=False)
         self.post_init()
 
+    @can_return_tuple
     def forward(self, input_ids=None, mems=None, labels=None, inputs_embeds=None, attention_mask=None,
-                output_attentions=None, output_hidden_states=None, return_dict=None, mem_len=None, clamp_len=None,
+                output_attentions=None, output_hidden_states=None, mem_len=None, clamp_len=None,
                 same_length=None, **kwargs) -> TransfoXLSequenceClassifierOutput | tuple:
         """input_ids ``[batch, seq]`` right-padded with ``pad_token_id`` (or ``attention_mask`` 1 = token).
 
@@ -789,32 +787,15 @@ class TransfoXLForSequenceClassification(TransfoXLPreTrainedModel):
             lengths = None
         outputs = self.transformer(input_ids, mems=mems, inputs_embeds=inputs_embeds,
                                    output_attentions=output_attentions, output_hidden_states=output_hidden_states,
-                                   mem_len=mem_len, clamp_len=clamp_len, same_length=same_length)
+                                   mem_len=mem_len, clamp_len=clamp_len, same_length=same_length, return_dict=True)
         hidden = outputs.last_hidden_state
         last = hidden.shape[1] - 1 if lengths is None else (lengths - 1).clamp(min=0)
         pooled = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
         logits = self.score(pooled)
-        loss = None if labels is None else self.classification_loss(logits, labels)
-        output = TransfoXLSequenceClassifierOutput(loss=loss, logits=logits, mems=outputs.mems,
-                                                   hidden_states=outputs.hidden_states, attentions=outputs.attentions)
-        return output if self._returns_dict(return_dict) else output.to_tuple()
+        loss = None if labels is None else self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
+        return TransfoXLSequenceClassifierOutput(loss=loss, logits=logits, mems=outputs.mems,
+                                                 hidden_states=outputs.hidden_states, attentions=outputs.attentions)
 
-    def classification_loss(self, logits, labels):
-        """transformers' rule for sequence classifiers (and the problem type it settles on, kept in the config)."""
-        if self.config.problem_type is None:
-            if self.num_labels == 1:
-                self.config.problem_type = "regression"
-            elif labels.dtype in (torch.long, torch.int):
-                self.config.problem_type = "single_label_classification"
-            else:
-                self.config.problem_type = "multi_label_classification"
-        if self.config.problem_type == "regression":
-            if self.num_labels == 1:
-                return F.mse_loss(logits.squeeze(-1), labels.squeeze(-1).to(logits.dtype))
-            return F.mse_loss(logits, labels.to(logits.dtype))
-        if self.config.problem_type == "single_label_classification":
-            return F.cross_entropy(logits.view(-1, self.num_labels), labels.view(-1))
-        return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
 
 
 __all__ = ["TransfoXLModel", "TransfoXLLMHeadModel", "TransfoXLForSequenceClassification", "TransfoXLPreTrainedModel",

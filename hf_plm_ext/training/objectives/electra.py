@@ -10,6 +10,7 @@ from transformers import AutoModelForPreTraining
 from hf_plm_ext.data.replaced_token_detection import SpecialTokensMaskCollator, rtd_metrics
 from hf_plm_ext.data.token_blocks import token_blocks
 from hf_plm_ext.errors import UserInputError, last_line
+from hf_plm_ext.training.checks import check_sequence_length
 from hf_plm_ext.training.objectives.base import MaskedInputArguments, Objective
 from hf_plm_ext.training.objectives.mlm import MaskedLM
 
@@ -50,10 +51,7 @@ class ElectraRTD(Objective):
 
     def configure_checkpoint(self, model, tokenizer, where):
         super().configure_checkpoint(model, tokenizer, where)
-        positions = model.config.discriminator_config.max_position_embeddings
-        if self.args.max_seq_length > positions:
-            raise UserInputError(f"--max_seq_length {self.args.max_seq_length} exceeds the model's "
-                                 f"max_position_embeddings ({positions})")
+        check_sequence_length(model.discriminator, self.args.max_seq_length)  # the pair's config has no positions
 
     def collator(self, tokenizer, seed):
         return SpecialTokensMaskCollator(tokenizer)

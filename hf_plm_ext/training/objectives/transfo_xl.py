@@ -10,9 +10,8 @@ from transformers import AutoModelForCausalLM, default_data_collator
 from hf_plm_ext.data.segment_streams import StreamSegments, eos_id, tokenize_stream
 from hf_plm_ext.errors import UserInputError, last_line
 from hf_plm_ext.training.objectives.base import Objective, PretrainArguments
+from hf_plm_ext.modeling.transfo_xl.configuration_transfo_xl import FRESH_DEFAULTS
 from hf_plm_ext.training.segment_memory import SegmentMemoryTrainer
-
-FRESH_MEM_LEN = 128
 
 
 @dataclass
@@ -23,8 +22,8 @@ class TransfoXLArguments(PretrainArguments):
         "help": "held-out text files (default: the last --validation_fraction of the corpus)"})
     tgt_len: int = field(default=128, metadata={"aliases": ["--tgt-len"], "help": "tokens per segment"})
     mem_len: int | None = field(default=None, metadata={
-        "aliases": ["--mem-len"], "help": f"remembered tokens per layer (0: none; default: {FRESH_MEM_LEN} for a "
-                                          f"fresh model, the checkpoint's own with --model)"})
+        "aliases": ["--mem-len"], "help": f"remembered tokens per layer (0: none; default: {FRESH_DEFAULTS['mem_len']} "
+                                          f"for a fresh model, the checkpoint's own with --model)"})
     cutoffs: str | None = field(default=None, metadata={
         "help": "a fresh model's adaptive input/softmax cluster boundaries, e.g. '20000,40000' (default: plain "
                 "softmax)"})
@@ -33,10 +32,15 @@ class TransfoXLArguments(PretrainArguments):
         super().__post_init__()
         if self.mem_len is not None and self.mem_len < 0:
             raise UserInputError(f"--mem-len must be >= 0 (0: no memory), got {self.mem_len}")
-        try:
-            self.cutoff_list = [int(c) for c in self.cutoffs.split(",")] if self.cutoffs else []
-        except ValueError:
-            raise UserInputError(f"--cutoffs {self.cutoffs!r}: give increasing integers, e.g. '20000,40000'") from None
+        parse_cutoffs(self.cutoffs)  # a malformed --cutoffs is refused before anything loads
+
+
+def parse_cutoffs(cutoffs: str | None) -> list[int]:
+    """``--cutoffs '20000,40000'`` -> ``[20000, 40000]`` (none: ``[]``, a plain softmax)."""
+    try:
+        return [int(c) for c in cutoffs.split(",")] if cutoffs else []
+    except ValueError:
+        raise UserInputError(f"--cutoffs {cutoffs!r}: give increasing integers, e.g. '20000,40000'") from None
 
 
 class TransfoXLLanguageModel(Objective):
@@ -55,14 +59,14 @@ class TransfoXLLanguageModel(Objective):
     def fresh_config(self, tokenizer):
         from hf_plm_ext.modeling.transfo_xl import TransfoXLConfig
 
-        args = self.args
+        args, cutoffs = self.args, parse_cutoffs(self.args.cutoffs)
         # ids can skip one: a corpus word equal to a special token (WikiText's literal <unk>) keeps its id
         vocab_size = max(len(tokenizer), max(tokenizer.get_vocab().values()) + 1)
         try:
+            memory = {} if args.mem_len is None else {"mem_len": args.mem_len}
             return TransfoXLConfig.from_size(
-                args.size, vocab_size=vocab_size, cutoffs=args.cutoff_list, adaptive=bool(args.cutoff_list),
-                mem_len=FRESH_MEM_LEN if args.mem_len is None else args.mem_len, eos_token_id=eos_id(tokenizer),
-                pad_token_id=tokenizer.pad_token_id)
+                args.size, vocab_size=vocab_size, cutoffs=cutoffs, adaptive=bool(cutoffs),
+                eos_token_id=eos_id(tokenizer), pad_token_id=tokenizer.pad_token_id, **memory)
         except (ValueError, StrictDataclassError) as err:
             raise UserInputError(f"transfo-xl model: {last_line(err)}") from None
 
