@@ -198,12 +198,7 @@ def test_every_class_loads_with_remote_code_where_the_package_cannot_be_imported
         assert torch.equal(torch.tensor(result[name][1]), tensor), name
 
 
-# Transformer-XL's adaptive embedding does not resize yet (issue 19, item 5: open); every other family must
-RESIZABLE = [case for case in CASES if not case[0].startswith("transfo-xl")]
-
-
-@pytest.mark.parametrize("variant,auto_name,model_class", RESIZABLE,
-                         ids=[f"{v}-{m.__name__}" for v, _, m in RESIZABLE])
+@pytest.mark.parametrize("variant,auto_name,model_class", CASES, ids=CASE_IDS)
 def test_resized_embeddings_stay_tied_and_survive_save_and_load(variant, auto_name, model_class, tmp_path):
     model = build(variant, model_class)
     tied = shared_parameter_groups(model)
@@ -218,3 +213,75 @@ def test_resized_embeddings_stay_tied_and_survive_save_and_load(variant, auto_na
     assert loaded.get_input_embeddings().num_embeddings == VOCAB + 5
     with torch.no_grad():  # the resized table is laid out anew: the same numbers to rounding (seen: 2e-9)
         torch.testing.assert_close(first_output(run(loaded, ids)), expected, atol=1e-6, rtol=1e-6)
+
+
+def loss_of(model, ids):
+    """The model's own loss where its head has one for plain token ids, else a function of its first output."""
+    name = type(model).__name__
+    outputs = run(model, ids, seed=1, **({"labels": ids} if name.endswith(("ForMaskedLM", "LMHeadModel")) else {}))
+    return outputs.loss if outputs.get("loss") is not None else first_output(outputs).float().pow(2).mean()
+
+
+@pytest.mark.parametrize("variant,auto_name,model_class", CASES, ids=CASE_IDS)
+def test_gradient_checkpointing_recomputes_the_layers_and_gives_the_same_gradients(variant, auto_name, model_class):
+    model = build(variant, model_class).train()  # the tiny configs' dropout is replayed with the same RNG state
+    ids = input_ids()
+    layer_calls = []
+    layers = [m for m in model.modules() if isinstance(m, transformers.modeling_layers.GradientCheckpointingLayer)]
+    assert layers
+    # a hook inside the layer (transformers checkpoints `forward`, so the layer's own hooks run once)
+    next(layers[0].children()).register_forward_hook(lambda *_: layer_calls.append(1))
+
+    def gradients():
+        model.zero_grad()
+        loss_of(model, ids).backward()
+        return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+    plain = gradients()
+    plain_calls, layer_calls[:] = len(layer_calls), []
+    model.gradient_checkpointing_enable()
+    checkpointed = gradients()
+    assert len(layer_calls) == 2 * plain_calls  # forward, and again in backward
+    assert plain.keys() == checkpointed.keys()
+    for name in plain:
+        torch.testing.assert_close(checkpointed[name], plain[name], msg=name)
+
+
+MAIN_CLASSES = [(variant, model_class) for variant, factory in TINY_CONFIGS.items()
+                for auto_name, model_class in model_classes(factory).items()
+                if auto_name in ("AutoModelForCausalLM", "AutoModelForMaskedLM")
+                or model_classes(factory) == {auto_name: model_class}]
+
+
+@pytest.mark.parametrize("variant,model_class", MAIN_CLASSES, ids=[f"{v}-{m.__name__}" for v, m in MAIN_CLASSES])
+def test_torch_compile_and_torch_export_run_one_forward(variant, model_class):
+    model = build(variant, model_class)
+    ids = input_ids()
+    with torch.no_grad():
+        expected = first_output(run(model, ids))
+        compiled = first_output(run(torch.compile(model), ids))
+    exported = torch.export.export(model, (), {"input_ids": ids}).module()
+    with torch.no_grad():
+        from_export = first_output(run(exported, ids))
+    if model_class.__name__ == "ElectraForRTDPreTraining":
+        # it masks and samples its own inputs: compiled code draws other random numbers, so only the shapes agree
+        assert compiled.shape == expected.shape and torch.isfinite(compiled).all()
+    else:
+        torch.testing.assert_close(compiled, expected, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(from_export, expected, atol=1e-5, rtol=1e-4)
+
+
+GENERATORS = [(variant, model_class) for variant, _, model_class in CASES
+              if issubclass(model_class, transformers.GenerationMixin)]
+
+
+@pytest.mark.parametrize("variant,model_class", GENERATORS, ids=[f"{v}-{m.__name__}" for v, m in GENERATORS])
+def test_beam_search_with_the_cache_equals_recomputing_and_a_pad_token_in_the_prompt_is_a_token(variant,
+                                                                                                   model_class):
+    model = build(variant, model_class)
+    prompt = input_ids(length=4)
+    cached = model.generate(prompt, max_new_tokens=6, num_beams=3, do_sample=False)
+    recomputed = model.generate(prompt, max_new_tokens=6, num_beams=3, do_sample=False, use_cache=False)
+    assert torch.equal(cached, recomputed)
+    model.generation_config.pad_token_id = int(prompt[0, 1])
+    assert torch.equal(model.generate(prompt, max_new_tokens=6, num_beams=3, do_sample=False), cached)

@@ -480,3 +480,23 @@ def test_bad_mems_are_refused_with_the_reason():
 def test_bad_config_fields_are_named(fields, message):
     with pytest.raises((ValueError, StrictDataclassError), match=message):
         tiny_config(**fields)
+
+
+def test_config_has_the_fields_generation_reads_and_4x_minus_one_means_no_limit():
+    config = tiny_config()
+    assert config.use_cache is True and config.bos_token_id is None and config.max_position_embeddings is None
+    assert tiny_config(max_position_embeddings=-1).max_position_embeddings is None  # what transformers 4.x wrote
+    assert tiny_config(max_position_embeddings=256, bos_token_id=3).max_position_embeddings == 256
+    with pytest.raises(StrictDataclassError, match="max_position_embeddings"):
+        tiny_config(max_position_embeddings=0)
+
+
+def test_unknown_arguments_are_refused_and_token_type_ids_ignored():
+    model = tiny_model()
+    ids = torch.randint(0, 50, (2, 5))
+    with torch.no_grad():
+        expected = model(ids).logits
+        torch.testing.assert_close(model(ids, token_type_ids=torch.zeros_like(ids)).logits, expected)
+        for forward in (model, model.transformer):
+            with pytest.raises(TypeError, match=r"unexpected arguments \['mem_lenn'\]"):
+                forward(ids, mem_lenn=4)

@@ -50,6 +50,10 @@ class TransfoXLConfig(PreTrainedConfig):
         untie_r: one ``r_w_bias`` / ``r_r_bias`` per layer (true) or shared by all layers.
         init, init_range, init_std, proj_init_std: weight initialisation ("normal" or "uniform").
         tie_word_embeddings: the softmax's cluster weights are the input embeddings.
+        eos_token_id, bos_token_id, pad_token_id: special tokens (eos ends every line of the training stream).
+        use_cache: ``generate`` carries the memory (and its keys and values) from step to step.
+        max_position_embeddings: a length limit for ``generate``; None (the default): none, positions are relative
+            (transformers 4.x wrote -1, read as None).
 
     Example:
         >>> from hf_plm_ext.modeling.transfo_xl import TransfoXLConfig, TransfoXLLMHeadModel
@@ -89,12 +93,17 @@ class TransfoXLConfig(PreTrainedConfig):
     init_std: float = 0.02
     layer_norm_epsilon: float = 1e-5
     eos_token_id: int | None = 0
+    bos_token_id: int | None = None
     pad_token_id: int | None = None
+    use_cache: bool = True
+    max_position_embeddings: int | None = None
     tie_word_embeddings: bool = True
     tie_projs: list[bool] | None = None
 
     def __post_init__(self, **kwargs):
         self.cutoffs = list(self.cutoffs)
+        if self.max_position_embeddings is not None and self.max_position_embeddings < 0:
+            self.max_position_embeddings = None  # 4.x's -1: no limit
         if self.cutoffs and not self.adaptive and str(self.transformers_version).startswith("4."):
             # 4.x stored `adaptive` but never read it: its models always had the adaptive input and softmax
             logger.warning(f"This config was written by transformers {self.transformers_version}, whose Transfo-XL "
@@ -118,10 +127,6 @@ class TransfoXLConfig(PreTrainedConfig):
         return cls(vocab_size=vocab_size, **{**SIZES[size], **FRESH_DEFAULTS, **overrides})
 
     @property
-    def max_position_embeddings(self):
-        return None  # relative positions: no length limit (4.x said -1, which generate() now reads as a limit)
-
-    @property
     def cluster_cutoffs(self) -> list[int]:
         """The cutoffs the model uses: ``cutoffs`` with ``adaptive``, none (one plain softmax) without."""
         return list(self.cutoffs) if self.adaptive else []
@@ -131,6 +136,9 @@ class TransfoXLConfig(PreTrainedConfig):
         for name in ("vocab_size", "d_model", "d_embed", "n_head", "d_head", "d_inner", "n_layer", "div_val"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"TransfoXLConfig.{name} must be positive, got {getattr(self, name)!r}")
+        if self.max_position_embeddings is not None and self.max_position_embeddings <= 0:
+            raise ValueError(f"TransfoXLConfig.max_position_embeddings must be positive or None (no limit), got "
+                             f"{self.max_position_embeddings!r}")
         if self.mem_len < 0:
             raise ValueError(f"TransfoXLConfig.mem_len must be >= 0 (0: no memory), got {self.mem_len!r}")
         if self.attn_type != 0:

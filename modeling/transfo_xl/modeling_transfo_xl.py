@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
+from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput, can_return_tuple
 
 from .configuration_transfo_xl import TransfoXLConfig
@@ -82,6 +83,20 @@ class TransfoXLSequenceClassifierOutput(ModelOutput):
     mems: list[torch.Tensor] | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
+
+
+class MemoryCache:
+    """``generate``'s cache: each layer's memory ``[batch, memory, d_model]`` and, where computed, its keys and values
+    ``[batch, memory, 2 * n_head * d_head]``, kept together so that beam search reorders both."""
+
+    def __init__(self, mems: list[torch.Tensor], key_values: list[torch.Tensor] | None = None):
+        self.mems, self.key_values = mems, key_values
+
+    def reorder_cache(self, beam_idx: torch.Tensor):
+        """Keep the rows of the beams that go on (transformers' beam search calls this after every step)."""
+        self.mems = [memory.index_select(0, beam_idx.to(memory.device)) for memory in self.mems]
+        if self.key_values is not None:
+            self.key_values = [kv.index_select(0, beam_idx.to(kv.device)) for kv in self.key_values]
 
 
 def sinusoid_embeddings(distances: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
@@ -359,7 +374,7 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
         return output, probs, key_value
 
 
-class RelPartialLearnableDecoderLayer(nn.Module):
+class RelPartialLearnableDecoderLayer(GradientCheckpointingLayer):
     def __init__(self, config: TransfoXLConfig):
         super().__init__()
         self.dec_attn = RelPartialLearnableMultiHeadAttn(config)
@@ -409,9 +424,9 @@ class AdaptiveEmbedding(nn.Module):
         embedded = self.emb_projs[0].new_zeros(flat_ids.shape[0], self.d_model)
         for (start, end), layer, projection in zip(self.bounds, self.emb_layers, self.emb_projs):
             rows = ((flat_ids >= start) & (flat_ids < end)).nonzero().squeeze(1)
-            if rows.numel():
-                cluster_embedded = F.linear(layer(flat_ids[rows] - start), projection)  # bfloat16 under autocast
-                embedded = embedded.index_copy(0, rows, cluster_embedded.to(embedded.dtype))
+            # no branch on whether a cluster occurs: an empty one copies nothing (and torch.export needs no guard)
+            cluster_embedded = F.linear(layer(flat_ids[rows] - start), projection)  # bfloat16 under autocast
+            embedded = embedded.index_copy(0, rows, cluster_embedded.to(embedded.dtype))
         return embedded.view(*input_ids.shape, self.d_model) * self.scale
 
 
@@ -488,14 +503,53 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
         return nll
 
 
+def refuse_unknown_arguments(kwargs: dict, model: str):
+    """A misspelt or unsupported argument is an error, not silently ignored. ``token_type_ids`` (what BERT-style
+    tokenizers return) is the one accepted and ignored: Transformer-XL has no segment embeddings."""
+    unknown = sorted(set(kwargs) - {"token_type_ids"})
+    if unknown:
+        raise TypeError(f"{model}.forward() got unexpected arguments {unknown}")
+
+
 class TransfoXLPreTrainedModel(PreTrainedModel):
     config: TransfoXLConfig
     base_model_prefix = "transformer"
     _supports_sdpa = True
     _no_split_modules = ["RelPartialLearnableDecoderLayer"]
+    supports_gradient_checkpointing = True
     accepts_loss_kwargs = False  # the loss is a per-batch mean: the Trainer scales it for gradient accumulation
     # transformers 4.x saved the sinusoids' frequencies; they are recomputed here
     _keys_to_ignore_on_load_unexpected = [r"pos_emb\.inv_freq"]
+
+    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
+        """transformers' ``resize_token_embeddings`` for the adaptive embedding: tokens are added to (or removed from)
+        the last cluster, the rarest words, as in transformers 4.x, and the softmax's last cluster follows (tied again
+        where tied). Returns the input embedding."""
+        embedding = self.base_model.word_emb
+        if new_num_tokens is None and pad_to_multiple_of is None:
+            return embedding
+        new_num_tokens = self.config.vocab_size if new_num_tokens is None else new_num_tokens
+        if pad_to_multiple_of is not None:
+            new_num_tokens = math.ceil(new_num_tokens / pad_to_multiple_of) * pad_to_multiple_of
+        last_start = embedding.bounds[-1][0]
+        if new_num_tokens <= last_start:
+            raise ValueError(f"resize_token_embeddings: the last cluster starts at token {last_start} (cutoffs "
+                             f"{self.config.cluster_cutoffs}); keep more than {last_start} tokens")
+        first_row = last_start if self.config.div_val > 1 else 0  # div_val 1: one table for every cluster
+        embedding.emb_layers[-1] = self._get_resized_embeddings(embedding.emb_layers[-1], new_num_tokens - first_row,
+                                                                mean_resizing=mean_resizing)
+        softmax = getattr(self, "crit", None)
+        if softmax is not None:
+            softmax.out_layers[-1] = self._get_resized_lm_head(softmax.out_layers[-1], new_num_tokens - first_row,
+                                                               mean_resizing=mean_resizing)
+        for module in (embedding, softmax):
+            if module is not None:
+                module.bounds[-1] = (last_start, new_num_tokens)
+        embedding.num_embeddings = self.config.vocab_size = new_num_tokens
+        if softmax is not None:
+            softmax.vocab_size = new_num_tokens
+        self.tie_weights()
+        return embedding
 
     def _weight_init(self, tensor, std=None):
         if self.config.init == "uniform":
@@ -608,6 +662,7 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
         and values, as ``past_key_values`` do elsewhere in transformers: valid only while the weights are
         unchanged, so only under ``torch.no_grad()`` (evaluation, generation). ``use_cache=False`` returns none.
         """
+        refuse_unknown_arguments(kwargs, "TransfoXLModel")
         output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
         output_hidden_states = (output_hidden_states if output_hidden_states is not None
                                 else self.config.output_hidden_states)
@@ -698,17 +753,24 @@ class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
         model_kwargs = super()._update_model_kwargs_for_generation(outputs, model_kwargs, is_encoder_decoder,
                                                                    num_new_tokens)
         if model_kwargs.get("use_cache", True):
-            model_kwargs["mems"], model_kwargs["mem_key_values"] = outputs.mems, outputs.mem_key_values
+            model_kwargs["mems"] = None if outputs.mems is None else MemoryCache(outputs.mems, outputs.mem_key_values)
         return model_kwargs
 
-    def prepare_inputs_for_generation(self, input_ids, next_sequence_length=None, mems=None, mem_key_values=None,
-                                      **kwargs):
+    def _prepare_attention_mask_for_generation(self, inputs_tensor, generation_config, model_kwargs):
+        """All ones: Transformer-XL has no padding mask, so a pad token in a prompt is one more token (transformers
+        would mask it, and the model refuses a mask)."""
+        return torch.ones(inputs_tensor.shape[:2], dtype=torch.long, device=inputs_tensor.device)
+
+    def prepare_inputs_for_generation(self, input_ids, next_sequence_length=None, mems=None, **kwargs):
         """With memory, each step feeds only the new token (generate's ``use_cache``)."""
         if mems is None and next_sequence_length is not None and input_ids.shape[1] > next_sequence_length:
             next_sequence_length = None  # memory off (mem_len 0): recompute over the whole prefix
         inputs = super().prepare_inputs_for_generation(input_ids, next_sequence_length=next_sequence_length,
                                                        **kwargs)
-        inputs["mems"], inputs["mem_key_values"] = mems, mem_key_values  # a padding attention_mask is refused
+        if isinstance(mems, MemoryCache):
+            inputs["mems"], inputs["mem_key_values"] = mems.mems, mems.key_values
+        else:  # the caller's own mems to start from, or none
+            inputs["mems"] = mems
         return inputs
 
     @can_return_tuple
@@ -726,6 +788,7 @@ class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
                 causal-LM loss. -100 is ignored in both.
             mem_len, clamp_len, same_length: this call's memory settings (default: the config's).
         """
+        refuse_unknown_arguments(kwargs, "TransfoXLLMHeadModel")
         outputs = self.transformer(input_ids, mems=mems, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
                                    output_attentions=output_attentions, output_hidden_states=output_hidden_states,
                                    mem_key_values=mem_key_values, use_cache=use_cache, mem_len=mem_len,
@@ -779,6 +842,7 @@ class TransfoXLForSequenceClassification(TransfoXLPreTrainedModel):
         reaches the padding, so the encoder needs no mask. The loss follows ``config.problem_type`` as
         transformers' classifiers do (unset: regression for one label, single-label for integer labels,
         multi-label for float labels)."""
+        refuse_unknown_arguments(kwargs, "TransfoXLForSequenceClassification")
         if attention_mask is not None:
             lengths = attention_mask.sum(-1)
         elif input_ids is not None and self.config.pad_token_id is not None:
