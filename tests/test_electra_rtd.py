@@ -245,3 +245,23 @@ def test_untied_halves_resize_separately():
     assert generator.electra.embeddings.word_embeddings.weight.shape[0] == 320
     assert discriminator.electra.embeddings.word_embeddings.weight.shape[0] == 320
     assert generator.generator_lm_head.weight is generator.electra.embeddings.word_embeddings.weight
+
+
+def test_pre_training_continues_from_stock_electra_checkpoints(tmp_path):
+    """Released ELECTRA weights come as two stock checkpoints; the pair is built from them, outputs unchanged."""
+    pair = ElectraForRTDPreTraining(tiny_config())
+    pair.save_discriminator(tmp_path / "discriminator")
+    pair.save_generator(tmp_path / "generator")
+    stock_discriminator = ElectraForPreTraining.from_pretrained(tmp_path / "discriminator").eval()
+    stock_generator = ElectraForMaskedLM.from_pretrained(tmp_path / "generator").eval()
+
+    model = ElectraForRTDPreTraining.from_discriminator_and_generator(
+        tmp_path / "discriminator", tmp_path / "generator", mask_token_id=MASK).eval()
+    assert model.config.mask_token_id == MASK
+    assert model.generator.electra.embeddings is model.discriminator.electra.embeddings
+    ids, attention_mask, _ = batch()
+    with torch.no_grad():
+        torch.testing.assert_close(model.discriminator(ids, attention_mask=attention_mask).logits,
+                                   stock_discriminator(ids, attention_mask=attention_mask).logits, rtol=0, atol=0)
+        torch.testing.assert_close(model.generator(ids, attention_mask=attention_mask).logits,
+                                   stock_generator(ids, attention_mask=attention_mask).logits, rtol=0, atol=0)

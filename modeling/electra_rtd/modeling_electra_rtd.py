@@ -204,6 +204,23 @@ class ElectraForRTDPreTraining(ElectraRTDPreTrainedModel):
             hidden_states=discriminator_outputs.hidden_states, attentions=discriminator_outputs.attentions,
         )
 
+    @classmethod
+    def from_discriminator_and_generator(cls, discriminator, generator, **config_fields) -> "ElectraForRTDPreTraining":
+        """Continue ELECTRA pre-training from stock checkpoints: ``discriminator`` an ``ElectraForPreTraining`` and
+        ``generator`` an ``ElectraForMaskedLM`` (folders or Hub ids, e.g. the released ELECTRA pairs).
+        ``config_fields`` are further :class:`ElectraRTDConfig` fields (``mask_token_id``, ``mask_prob``, ...).
+
+        With ``tie_embeddings`` (the default) the pair shares the discriminator's embeddings, as after joint
+        training; the generator's own are not used.
+        """
+        discriminator = ElectraForPreTraining.from_pretrained(discriminator)
+        generator = ElectraForMaskedLM.from_pretrained(generator)
+        model = cls(ElectraRTDConfig(discriminator_config=discriminator.config, generator_config=generator.config,
+                                     **config_fields))
+        model.generator.load_state_dict(generator.state_dict())
+        model.discriminator.load_state_dict(discriminator.state_dict())  # last: its embeddings win where shared
+        return model
+
     def save_discriminator(self, directory, **kwargs):
         """Save the discriminator as a plain ``electra`` checkpoint (stock transformers, no remote code)."""
         self.discriminator.save_pretrained(directory, **kwargs)
