@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from transformers import AutoModelForMaskedLM, AutoModelForPreTraining, AutoModelForSequenceClassification
 
 LAUNCHERS = {
@@ -19,8 +20,8 @@ LAUNCHERS = {
 COMMON = ["--max_steps", "3", "--per_device_train_batch_size", "4", "--disable_tqdm", "true", "--save_strategy", "no"]
 
 
-def _launch(launcher, args, cwd):
-    command = LAUNCHERS[launcher] + ["-m", "hf_plm_ext.cli.main", *map(str, args), *COMMON]
+def _launch(launcher, args, cwd, common=COMMON):
+    command = LAUNCHERS[launcher] + ["-m", "hf_plm_ext.cli.main", *map(str, args), *common]
     return subprocess.run(command, capture_output=True, text=True, cwd=cwd, timeout=600,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
 
@@ -35,7 +36,20 @@ def test_finetune_on_two_processes(launcher, tmp_path, tiny_classifier_dir, shar
     assert proc.returncode == 0, proc.stderr[-4000:]  # the launcher fails if any rank fails
     results = json.loads((out / "eval_results.json").read_text())
     assert results["world_size"] == 2
-    AutoModelForSequenceClassification.from_pretrained(out)
+    # what was saved is what was evaluated: the saved model, on the whole dev split in this process
+    from hf_plm_ext.eval.readers import read_examples
+    from hf_plm_ext.eval.tasks import get_task
+    from transformers import AutoTokenizer
+
+    model = AutoModelForSequenceClassification.from_pretrained(out).eval()
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    dev = read_examples(get_task("glue", "sst2"), shared_data / "glue/SST-2/dev.tsv").to_dict()
+    with torch.no_grad():
+        logits = model(**tokenizer(dev["text_a"], padding=True, truncation=True, max_length=128,
+                                   return_tensors="pt")).logits
+    accuracy = (logits.argmax(-1) == torch.tensor(dev["label"])).float().mean().item()
+    assert accuracy == pytest.approx(results["results"][0]["metrics"]["accuracy"], abs=1e-6)
+    assert results["results"][0]["num_examples"] == len(dev["label"])
     assert [p.name for p in tmp_path.iterdir()] == ["sst2"]
 
 
@@ -44,11 +58,13 @@ def test_pretrain_on_two_processes(tmp_path, english_tokenizer_dir, shared_data)
     out = tmp_path / "pretrained"
     proc = _launch("torchrun", ["pretrain", "mlm", "--corpus", shared_data / "corpus/en/gutenberg/11-0.txt",
                                 "--tokenizer", english_tokenizer_dir, "--max_seq_length", 32, "--output", out,
-                                "--config_overrides", "hidden_size=32,num_hidden_layers=1,num_attention_heads=2"],
-                   tmp_path)
+                                "--config_overrides", "hidden_size=32,num_hidden_layers=1,num_attention_heads=2",
+                                "--max_steps", 60, "--learning_rate", 2e-3, "--per_device_train_batch_size", 16],
+                   tmp_path, common=COMMON[4:])  # enough steps to learn: the loss must fall
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert json.loads((out / "pretrain_results.json").read_text())["world_size"] == 2
-    AutoModelForMaskedLM.from_pretrained(out)
+    results = json.loads((out / "pretrain_results.json").read_text())
+    assert results["world_size"] == 2 and results["final_eval_loss"] < results["initial_eval_loss"] - 0.3
+    assert AutoModelForMaskedLM.from_pretrained(out).config.hidden_size == 32
 
 
 @pytest.mark.slow
@@ -59,8 +75,9 @@ def test_macbert_pretraining_on_two_processes(tmp_path, english_tokenizer_dir, s
     proc = _launch("torchrun", ["pretrain", "macbert", "--corpus", shared_data / "corpus/en/gutenberg/11-0.txt",
                                 "--tokenizer", english_tokenizer_dir, "--similar_words", table,
                                 "--max_seq_length", 64, "--output", out,
-                                "--config_overrides", "hidden_size=32,num_hidden_layers=1,num_attention_heads=2"],
-                   tmp_path)
+                                "--config_overrides", "hidden_size=32,num_hidden_layers=1,num_attention_heads=2",
+                                "--max_steps", 60, "--learning_rate", 2e-3, "--per_device_train_batch_size", 16],
+                   tmp_path, common=COMMON[4:])  # enough steps to learn: the loss must fall
     assert proc.returncode == 0, proc.stderr[-4000:]
     results = json.loads((out / "pretrain_results.json").read_text())
     assert results["world_size"] == 2 and results["objective"] == "macbert"

@@ -19,6 +19,20 @@ def _finetune(capsys, benchmark, task, model, output, *extra):
                    capsys)
 
 
+def saved_model_predictions(folder, benchmark, task, path, max_length):
+    """The saved classifier's outputs on a whole split, computed here, with the split's labels."""
+    from hf_plm_ext.eval.readers import read_examples
+    from hf_plm_ext.eval.tasks import get_task
+
+    examples = read_examples(get_task(benchmark, task), path).to_dict()
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    texts = [examples["text_a"]] + ([examples["text_b"]] if "text_b" in examples else [])
+    batch = AutoTokenizer.from_pretrained(folder)(*texts, padding=True, truncation=True, max_length=max_length,
+                                                  return_tensors="pt")
+    with torch.no_grad():
+        return model(**batch).logits, examples["label"]
+
+
 def test_tiny_macbert_on_real_mrpc_writes_results_and_a_loadable_model(tmp_path, tiny_classifier_dir,
                                                                      shared_data, capsys):
     out = tmp_path / "mrpc"
@@ -30,7 +44,13 @@ def test_tiny_macbert_on_real_mrpc_writes_results_and_a_loadable_model(tmp_path,
     assert results["task"] == "mrpc" and results["num_train_examples"] == 64
     [dev] = results["results"]
     assert dev["split"] == "dev" and dev["num_examples"] == 408
-    assert set(dev["metrics"]) == {"f1", "accuracy"} and 0.0 <= dev["metrics"]["accuracy"] <= 1.0
+    assert set(dev["metrics"]) == {"f1", "accuracy"}
+    from sklearn.metrics import accuracy_score, f1_score
+
+    logits, labels = saved_model_predictions(out, "glue", "mrpc", shared_data / "glue/MRPC/dev.tsv", 64)
+    predicted = logits.argmax(-1).numpy()
+    assert dev["metrics"]["accuracy"] == pytest.approx(accuracy_score(labels, predicted), abs=1e-6)
+    assert dev["metrics"]["f1"] == pytest.approx(f1_score(labels, predicted), abs=1e-6)
     assert "| glue | mrpc | dev | f1 |" in (out / "eval_results.md").read_text()
     assert "| glue | mrpc | dev | accuracy |" in stdout
     files = {p.name for p in out.iterdir()}
@@ -52,6 +72,11 @@ def test_regression_task_stsb(tmp_path, tiny_classifier_dir, shared_data, capsys
     assert code == 0, stderr
     [dev] = json.loads((tmp_path / "stsb" / "eval_results.json").read_text())["results"]
     assert set(dev["metrics"]) == {"pearson", "spearmanr"}
+    from scipy.stats import pearsonr, spearmanr
+
+    logits, scores = saved_model_predictions(tmp_path / "stsb", "glue", "stsb", shared_data / "glue/STS-B/dev.tsv", 32)
+    assert dev["metrics"]["pearson"] == pytest.approx(pearsonr(logits[:, 0].numpy(), scores)[0], abs=1e-5)
+    assert dev["metrics"]["spearmanr"] == pytest.approx(spearmanr(logits[:, 0].numpy(), scores)[0], abs=1e-5)
     assert AutoModelForSequenceClassification.from_pretrained(tmp_path / "stsb").config.num_labels == 1
 
 

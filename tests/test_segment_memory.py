@@ -163,7 +163,8 @@ def test_trainer_runs_without_memory_when_mem_len_is_0(tmp_path):
                                    data_collator=default_data_collator)
     trainer.train()
     assert trainer.memory["train"] == {"mems": None}
-    assert math.isfinite(trainer.evaluate()["eval_loss"])
+    without_memory = stream_perplexity(trainer.model, tokens[90:], tgt_len=6, batch_size=2)["perplexity"]
+    assert math.isclose(trainer.evaluate()["eval_perplexity"], without_memory, rel_tol=1e-5)
 
 
 def test_stream_perplexity_counts_every_token_once_and_memory_reproduces_one_window():
