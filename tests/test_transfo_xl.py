@@ -10,10 +10,10 @@ from safetensors.torch import load_file
 from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
 
 from hf_plm_ext import TransfoXLConfig, TransfoXLForSequenceClassification, TransfoXLLMHeadModel
-from hf_plm_ext.modeling.transfo_xl.modeling_transfo_xl import (Dropout, SoftmaxNLL, is_plain_linear,
-                                                              reassociated_position_scores, relative_attention_scores,
-                                                              shifted_position_scores, sinusoid_embeddings,
+from hf_plm_ext.modeling.transfo_xl.fast_transfo_xl import (SoftmaxNLL, is_plain_linear, reassociated_position_scores,
                                                               softmax_nll_without_grad)
+from hf_plm_ext.modeling.transfo_xl.modeling_transfo_xl import (Dropout, rel_shift, relative_attention_scores,
+                                                                shifted_position_scores, sinusoid_embeddings)
 
 
 LEGACY = Path(__file__).parent / "fixtures" / "transfo_xl_legacy"
@@ -97,7 +97,8 @@ def test_position_term_with_the_queries_through_r_net_first_is_the_same_product(
     query, r_r_bias = torch.randn(2, 3, 4, 8), torch.randn(3, 8)
     position_embeddings, r_net_weight = torch.randn(11, 12), torch.randn(3 * 8, 12)
     position_keys = (position_embeddings @ r_net_weight.t()).view(11, 3, 8)
-    torch.testing.assert_close(reassociated_position_scores(query, position_embeddings, r_net_weight, r_r_bias),
+    torch.testing.assert_close(rel_shift(reassociated_position_scores(query, position_embeddings, r_net_weight,
+                                                                      r_r_bias)),
                                shifted_position_scores(query, position_keys, r_r_bias))
 
 
@@ -145,21 +146,47 @@ def test_sdpa_and_explicit_attention_agree(same_length):
 
 
 @pytest.mark.parametrize("dropatt", [0.0, 0.5])
-def test_training_attention_path_gives_the_eager_loss_and_gradients(dropatt):
-    """With gradients on a CPU the sdpa implementation runs its own three products; eager is the reference."""
+def test_training_attention_path_gives_the_plain_loss_and_gradients(dropatt):
+    """With gradients on a CPU the sdpa implementation runs its own three products (fast_transfo_xl); the plain
+    attention is the reference: eager without dropout; with dropout, the plain attention (output_attentions) under
+    the same lane-dropout masks (eager would draw torch's)."""
     ids = torch.randint(0, 50, (2, 7))
     results = {}
-    for implementation in ("sdpa", "eager"):
+    for implementation, output_attentions in (("sdpa", False), ("eager" if dropatt == 0 else "sdpa", True)):
         model = tiny_model(same_length=True, clamp_len=3, dropatt=dropatt).train()
         model.set_attn_implementation(implementation)
         mems = model(ids).mems
         torch.manual_seed(1)  # the same attention-dropout masks
-        loss = model(ids, mems=mems, labels=ids).loss
+        loss = model(ids, mems=mems, labels=ids, output_attentions=output_attentions).loss
         loss.backward()
-        results[implementation] = loss, {name: p.grad for name, p in model.named_parameters()}
-    torch.testing.assert_close(results["sdpa"][0], results["eager"][0], rtol=0, atol=1e-5)
-    for name, grad in results["eager"][1].items():
-        torch.testing.assert_close(results["sdpa"][1][name], grad, rtol=1e-4, atol=1e-5, msg=name)
+        results[output_attentions] = loss, {name: p.grad for name, p in model.named_parameters()}
+    torch.testing.assert_close(results[False][0], results[True][0], rtol=0, atol=1e-5)
+    for name, grad in results[True][1].items():
+        torch.testing.assert_close(results[False][1][name], grad, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_eager_runs_the_plain_path_without_any_fast_path(monkeypatch):
+    """attn_implementation="eager" is the paper's computation as written in modeling_transfo_xl.py: with every fast
+    path made to fail, a training step with memory and an evaluation still run, with the same loss as the default."""
+    from hf_plm_ext.modeling.transfo_xl import modeling_transfo_xl
+
+    ids = torch.randint(0, 50, (2, 7))
+    default = tiny_model(dropout=0.0).train()
+    with torch.no_grad():
+        expected = default(ids, mems=default(ids).mems, labels=ids).loss
+
+    def fast_path(*args, **kwargs):
+        raise AssertionError("a fast path ran under eager")
+
+    for name in ("SoftmaxNLL", "cpu_training_attention", "lane_dropout", "memory_keys_and_values",
+                 "queries_first_is_cheaper", "reassociated_position_scores", "softmax_nll_without_grad"):
+        monkeypatch.setattr(modeling_transfo_xl, name, fast_path)
+    model = tiny_model(dropout=0.1).train()
+    model.set_attn_implementation("eager")
+    model(ids, mems=model(ids).mems, labels=ids).loss.backward()
+    model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids, mems=model(ids).mems, labels=ids).loss, expected, rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("implementation", ["sdpa", "eager"])
@@ -371,7 +398,8 @@ def test_adaptive_softmax_is_a_distribution_and_its_loss_matches_it():
 
 @pytest.mark.parametrize("p", [0.1, 0.5])
 def test_cpu_dropout_drops_at_rate_p_keeps_the_expectation_and_masks_the_gradient(p):
-    dropout = Dropout(p)
+    config = tiny_config()
+    dropout = Dropout(p, config)
     x = torch.ones(400_000, requires_grad=True)
     torch.manual_seed(0)
     out = dropout(x)
@@ -385,6 +413,11 @@ def test_cpu_dropout_drops_at_rate_p_keeps_the_expectation_and_masks_the_gradien
     dropped_per_lane = (dropout(torch.ones(100_000, 4)) == 0).float().mean(0)  # column i = lane i of each draw
     assert (dropped_per_lane - p).abs().max() < 5 * math.sqrt(p * (1 - p) / 100_000)
     assert torch.equal(dropout.eval()(x), x)
+    config._attn_implementation = "eager"  # the plain path: torch's own dropout, the same mask for the same seed
+    torch.manual_seed(0)
+    plain = dropout.train()(x)
+    torch.manual_seed(0)
+    assert torch.equal(plain, torch.nn.functional.dropout(x, p)) and not torch.equal(plain, out)
 
 
 def test_mems_are_not_saved_and_auto_classes_load(tmp_path):

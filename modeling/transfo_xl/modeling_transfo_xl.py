@@ -12,6 +12,10 @@ Mechanics of ``kimiyoung/transformer-xl`` (``pytorch/mem_transformer.py``), batc
 * post-LayerNorm residual blocks (``pre_lnorm`` for pre-LN), ReLU feed-forward;
 * adaptive input embeddings and adaptive softmax over ``cutoffs``, or a plain softmax.
 
+The CPU fast paths (dropout lanes, the softmax loss, the memory's key/value rows, the cheaper order of the
+position product, training attention without SDPA) are in ``fast_transfo_xl.py``, used unless the model runs
+``attn_implementation="eager"``, which is this file's plain path throughout.
+
 Parameter names are those of transformers 4.x ``TransfoXLLMHeadModel``, so its checkpoints
 load unchanged. Memories are an explicit input and output (``mems``), never saved.
 """
@@ -28,6 +32,15 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput, can_return_tuple
 
 from .configuration_transfo_xl import TransfoXLConfig
+from .fast_transfo_xl import (
+    SoftmaxNLL,
+    cpu_training_attention,
+    lane_dropout,
+    memory_keys_and_values,
+    queries_first_is_cheaper,
+    reassociated_position_scores,
+    softmax_nll_without_grad,
+)
 
 
 @dataclass
@@ -137,26 +150,6 @@ def shifted_position_scores(query, position_keys, r_r_bias):
     return rel_shift(position_scores(query, F.pad(position_keys, (0, 0, 0, 0, 1, 0)), r_r_bias))
 
 
-def reassociated_position_scores(query, position_embeddings, r_net_weight, r_r_bias):
-    """:func:`shifted_position_scores` for ``position_keys = r_net(position_embeddings)``, the products taken in the
-    other order: ``((q + r_r_bias) . W_r) . R``. For few queries against many distances (generation with a long
-    memory) this multiplies r_net's weight once per query instead of once per distance.
-
-    Args: query ``[batch, heads, q, d_head]``; position_embeddings ``[k, d_model]``; r_net_weight
-    ``[heads * d_head, d_model]`` (r_net has no bias); r_r_bias ``[heads, d_head]``. Returns ``[batch, heads, q, k]``.
-    """
-    heads, d_head = r_r_bias.shape
-    projected = (query + r_r_bias[:, None]) @ r_net_weight.reshape(heads, d_head, -1)  # [b, h, q, d_model]
-    return rel_shift(projected @ F.pad(position_embeddings, (0, 0, 1, 0)).t())
-
-
-def is_plain_linear(module: nn.Module) -> bool:
-    """An ``nn.Linear`` itself, without bias, not wrapped (PEFT's LoRA), subclassed (quantized) or hooked
-    (accelerate's offloading): its weight is all it computes, so its weight may be multiplied directly."""
-    return type(module) is nn.Linear and module.bias is None and not (
-        module._forward_hooks or module._forward_pre_hooks or "forward" in vars(module))
-
-
 def relative_attention_scores(query, key, position_keys, r_w_bias, r_r_bias):
     """Unscaled Transformer-XL scores ``AC + BD``.
 
@@ -169,11 +162,6 @@ def relative_attention_scores(query, key, position_keys, r_w_bias, r_r_bias):
     """
     content = (query + r_w_bias[:, None]) @ key.transpose(-1, -2)
     return content + shifted_position_scores(query, position_keys, r_r_bias)
-
-
-def heads_first(tensor: torch.Tensor) -> torch.Tensor:
-    """``[batch, heads, ...]`` -> ``[heads * batch, ...]`` (a view where the memory is laid out heads first)."""
-    return tensor.transpose(0, 1).reshape(-1, *tensor.shape[2:])
 
 
 def causal_memory_bias(qlen: int, mlen: int, mem_len: int, same_length: bool, dtype, device) -> torch.Tensor:
@@ -191,71 +179,22 @@ def causal_memory_bias(qlen: int, mlen: int, mem_len: int, same_length: bool, dt
     return torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill_(mask, -math.inf)
 
 
-class Dropout(nn.Dropout):
-    """``nn.Dropout`` whose CPU mask costs 16 random bits per element.
+def uses_fast_paths(config: TransfoXLConfig) -> bool:
+    return config._attn_implementation != "eager"
 
-    torch's CPU ``bernoulli_`` draws at least 32 bits per element from one serial generator and
-    was the largest cost of this model's training step after the matrix products. Here one
-    64-bit draw gives four 16-bit lanes, so the drop probability is ``p`` rounded to a multiple of
-    2**-16 (the kept values are scaled by the rounded rate, so the expectation is exact). Other
-    devices use ``F.dropout``.
-    """
+
+class Dropout(nn.Dropout):
+    """``nn.Dropout``; on the CPU the lane mask of :func:`~fast_transfo_xl.lane_dropout` unless the model runs the
+    plain path (``attn_implementation="eager"``)."""
+
+    def __init__(self, p: float, config: TransfoXLConfig):
+        super().__init__(p)
+        self.config = config
 
     def forward(self, input):
-        if not self.training or self.p == 0:
-            return input
-        if input.device.type != "cpu":
-            return F.dropout(input, self.p, self.training, self.inplace)
-        dropped_codes = round(self.p * 65536)
-        if dropped_codes == 65536:
-            return input * 0
-        n = input.numel()
-        lanes = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-2 ** 63, None).view(torch.int16)
-        keep = lanes[:n].view(input.shape) >= dropped_codes - 32768
-        # one float mask, pre-scaled: backward is then a single multiplication
-        return input * keep.to(input.dtype).mul_(65536 / (65536 - dropped_codes))
-
-
-class SoftmaxNLL(torch.autograd.Function):
-    """``[n, vocab]`` scores, ``[n]`` targets (-100 = ignore) -> ``[n]`` float32 negative log-likelihoods.
-
-    ``F.cross_entropy(reduction="none")`` in one autograd node: forward keeps the softmax itself, so that
-    backward only turns it into ``softmax - one_hot`` in place (no zero-filled ``[n, vocab]`` gradient for the
-    gather, no second buffer for the log-softmax backward, no second exponential pass; hence one backward
-    only, ``retain_graph`` or not). The loss is ``logsumexp - target score``, with ``logsumexp = max score -
-    log(max probability)``: exact where a target's probability underflows to 0.
-    """
-
-    @staticmethod
-    def forward(ctx, scores, targets):
-        ctx.scores_dtype = scores.dtype
-        scores = scores.float()
-        probs = scores.softmax(-1)
-        valid = targets != -100
-        safe_targets = targets.clamp(min=0)[:, None]
-        ctx.save_for_backward(probs, safe_targets, valid)
-        # (max - target) first: with a large common offset in the scores, logsumexp alone would be rounded at its size
-        nll = (scores.amax(-1) - scores.gather(1, safe_targets).squeeze(1)) - probs.amax(-1).log()
-        return torch.where(valid, nll, 0.0)  # not a product: an ignored row's score may be -inf
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_nll):
-        grad, safe_targets, valid = ctx.saved_tensors  # the softmax; no one else holds it
-        grad.scatter_add_(1, safe_targets, grad.new_full(safe_targets.shape, -1.0))
-        return grad.mul_(torch.where(valid, grad_nll, 0.0)[:, None]).to(ctx.scores_dtype), None
-
-
-def softmax_nll_without_grad(scores: torch.Tensor, targets: torch.Tensor, rows: int | None = None) -> torch.Tensor:
-    """What :class:`SoftmaxNLL` computes, for evaluation. On the CPU the log-softmax runs in blocks of ``rows`` (64)
-    rows, so that no second ``[n, vocab]`` buffer is written (a fresh one costs page faults at every step; as fast
-    as one pass); elsewhere in one pass (each block would cost its own kernel launches)."""
-    if rows is None:
-        rows = 64 if scores.device.type == "cpu" else max(1, scores.shape[0])
-    safe_targets = targets.clamp(min=0)[:, None]
-    picked = [block.float().log_softmax(-1).gather(1, block_targets)
-              for block, block_targets in zip(scores.split(rows), safe_targets.split(rows))]
-    return torch.where(targets != -100, -torch.cat(picked).squeeze(1), 0.0)
+        if self.training and self.p > 0 and input.device.type == "cpu" and uses_fast_paths(self.config):
+            return lane_dropout(input, self.p)
+        return super().forward(input)
 
 
 class PositionalEmbedding(nn.Module):
@@ -272,8 +211,8 @@ class PositionwiseFF(nn.Module):
         super().__init__()
         self.pre_lnorm = config.pre_lnorm
         self.CoreNet = nn.Sequential(
-            nn.Linear(config.d_model, config.d_inner), nn.ReLU(inplace=True), Dropout(config.dropout),
-            nn.Linear(config.d_inner, config.d_model), Dropout(config.dropout))
+            nn.Linear(config.d_model, config.d_inner), nn.ReLU(inplace=True), Dropout(config.dropout, config),
+            nn.Linear(config.d_inner, config.d_model), Dropout(config.dropout, config))
         self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_epsilon)
 
     def forward(self, hidden):
@@ -292,35 +231,20 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
         self.qkv_net = nn.Linear(config.d_model, 3 * inner, bias=False)
         self.r_net = nn.Linear(config.d_model, inner, bias=False)
         self.o_net = nn.Linear(inner, config.d_model, bias=False)
-        self.drop = Dropout(config.dropout)
-        self.dropatt = Dropout(config.dropatt)
+        self.drop = Dropout(config.dropout, config)
+        self.dropatt = Dropout(config.dropatt, config)
         self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_epsilon)
         if config.untie_r:
             self.r_w_bias = nn.Parameter(torch.zeros(config.n_head, config.d_head))
             self.r_r_bias = nn.Parameter(torch.zeros(config.n_head, config.d_head))
 
-    def _key_value(self, memory_in):
-        """``qkv_net``'s key and value columns on the memory, whose queries are never used. A plain ``nn.Linear``
-        multiplies only their weight rows (a third less product, forward and weight gradient); a wrapped or
-        hooked one (PEFT's LoRA, quantized layers, accelerate's offloading) is called whole."""
-        qkv_net, inner = self.qkv_net, self.n_head * self.d_head
-        if is_plain_linear(qkv_net):
-            return F.linear(memory_in, qkv_net.weight[inner:])
-        return qkv_net(memory_in)[..., inner:]
-
     def _scaled_position_term(self, query, position_embeddings, r_r_bias):
         """``rel_shift((q + r_r_bias) . r_net(R)) * scale``, ``[b, h, q, k]``, with the products in the order that
-        costs fewer multiplications: r_net on every distance, or (for few queries, as in generation) the queries
-        through r_net's weight first (:func:`reassociated_position_scores`)."""
-        batch, heads, qlen, d_head = query.shape
-        klen, d_model = position_embeddings.shape
-        rows = batch * heads * qlen
-        distances_first = klen * d_model * heads * d_head + rows * d_head * klen
-        queries_first = rows * d_head * d_model + rows * d_model * klen
-        if queries_first < distances_first and is_plain_linear(self.r_net):
-            return reassociated_position_scores(query * self.scale, position_embeddings, self.r_net.weight,
-                                                r_r_bias * self.scale)
-        position_keys = self.r_net(position_embeddings).view(-1, heads, d_head)
+        costs fewer multiplications (:func:`~fast_transfo_xl.queries_first_is_cheaper`)."""
+        if queries_first_is_cheaper(query, position_embeddings, self.r_net):
+            return rel_shift(reassociated_position_scores(query * self.scale, position_embeddings, self.r_net.weight,
+                                                          r_r_bias * self.scale))
+        position_keys = self.r_net(position_embeddings).view(-1, self.n_head, self.d_head)
         return shifted_position_scores(query, position_keys * self.scale, r_r_bias)
 
     def _heads(self, x):
@@ -339,15 +263,17 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
         inner = self.n_head * self.d_head
         query, key_value = self.qkv_net(segment_in).split([inner, 2 * inner], dim=-1)
         query = self._heads(query)
+        plain = not uses_fast_paths(self.config)
         if memory is not None and memory_key_value is None:
             memory_in = self.layer_norm(memory) if self.pre_lnorm else memory
-            memory_key_value = self._key_value(memory_in)
+            memory_key_value = (self.qkv_net(memory_in)[..., inner:] if plain
+                                else memory_keys_and_values(self.qkv_net, memory_in, inner))
         if memory_key_value is not None:
             key_value = torch.cat([memory_key_value, key_value], dim=1)
         key, value = (self._heads(t) for t in key_value.chunk(2, dim=-1))
         # under autocast the projections are bfloat16 while the float32 biases would promote the queries back
         r_w_bias, r_r_bias = r_w_bias.to(query.dtype), r_r_bias.to(query.dtype)
-        if output_attentions or self.config._attn_implementation == "eager":
+        if output_attentions or plain:
             position_keys = self.r_net(position_embeddings).view(-1, self.n_head, self.d_head)
             scores = relative_attention_scores(query, key, position_keys, r_w_bias, r_r_bias) * self.scale
             probs = self.dropatt((scores.float() + attention_bias).softmax(-1).type_as(scores))
@@ -356,14 +282,7 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
             position = self._scaled_position_term(query, position_embeddings, r_r_bias)
             bias = position + attention_bias.to(position.dtype)  # one pass over [b, h, q, k]
             if torch.is_grad_enabled() and hidden.device.type == "cpu":
-                # SDPA's CPU backward takes its math path (extra scaling, a "safe" softmax): these three ops cost less
-                # heads first, the layout in which the position scores were computed
-                batch, heads, qlen, klen = bias.shape
-                scores = torch.baddbmm(heads_first(bias), heads_first(query + r_w_bias[:, None]),
-                                       heads_first(key).transpose(1, 2), alpha=self.scale)
-                # dropout sees [b, h, q, k] (the eager path's mask for the same seed); its product keeps the layout
-                probs = self.dropatt(scores.softmax(-1).view(heads, batch, qlen, klen).transpose(0, 1))
-                context = torch.bmm(heads_first(probs), heads_first(value)).view(heads, batch, qlen, -1).transpose(0, 1)
+                context = cpu_training_attention(bias, query + r_w_bias[:, None], key, value, self.scale, self.dropatt)
             else:
                 context = F.scaled_dot_product_attention(query + r_w_bias[:, None], key, value, attn_mask=bias,
                                                          dropout_p=self.dropatt.p if self.training else 0.0,
@@ -588,7 +507,7 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
         super().__init__(config)
         self.word_emb = AdaptiveEmbedding(config)
         self.pos_emb = PositionalEmbedding(config.d_model)
-        self.drop = Dropout(config.dropout)
+        self.drop = Dropout(config.dropout, config)
         self.layers = nn.ModuleList(RelPartialLearnableDecoderLayer(config) for _ in range(config.n_layer))
         if not config.untie_r:
             self.r_w_bias = nn.Parameter(torch.zeros(config.n_head, config.d_head))
@@ -809,8 +728,11 @@ class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
             flat_targets = targets.reshape(-1)
             if logits is not None:  # plain softmax: the loss from the logits already computed
                 flat_logits = logits.reshape(-1, logits.shape[-1])
-                nll = SoftmaxNLL.apply if flat_logits.requires_grad else softmax_nll_without_grad
-                losses = nll(flat_logits, flat_targets)
+                if not uses_fast_paths(self.config):
+                    losses = F.cross_entropy(flat_logits.float(), flat_targets, reduction="none")
+                else:
+                    nll = SoftmaxNLL.apply if flat_logits.requires_grad else softmax_nll_without_grad
+                    losses = nll(flat_logits, flat_targets)
             else:
                 losses = self.crit.nll(hidden.reshape(-1, hidden.shape[-1]), flat_targets)
             losses = losses.view(targets.shape)
