@@ -240,3 +240,18 @@ def test_bad_peft_config_is_one_clear_error(content, extra, message, tmp_path, t
                                 *extra)
     assert code == 2 and message in stderr and stderr.count("error:") == 1, stderr
     assert not out.exists()
+
+
+def test_fsdp_on_the_cpu_is_refused_rather_than_run_as_ddp(tmp_path, tiny_classifier_dir, shared_data, capsys,
+                                                          monkeypatch):
+    """accelerate 1.15 shards only on accelerators: on the CPU a run asked for FSDP (the Trainer's --fsdp, or an
+    `accelerate launch` FSDP config) trained as plain DDP with no warning (seen: model_wrapped was a
+    DistributedDataParallel under both)."""
+    args = ["--data-dir", shared_data / "glue/SST-2", "--max_steps", 1]
+    code, _, stderr = _finetune(capsys, "glue", "sst2", tiny_classifier_dir, tmp_path / "a", *args, "--fsdp",
+                                "full_shard")
+    assert code == 2 and "FSDP needs GPUs" in stderr
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")  # what `accelerate launch --config_file fsdp.yaml` sets
+    code, _, stderr = _finetune(capsys, "glue", "sst2", tiny_classifier_dir, tmp_path / "b", *args)
+    assert code == 2 and "FSDP needs GPUs" in stderr
+    assert not any(tmp_path.iterdir())

@@ -6,6 +6,7 @@ Training sub-commands parse their own dataclass plus ``TrainingArguments`` with
 
 import argparse
 import dataclasses
+import os
 import sys
 
 import torch
@@ -33,6 +34,11 @@ def dataclasses_from(namespace):
     values = vars(namespace)
     if values.get("output_dir") is not None:
         raise UserInputError("give the output folder with --output (--output_dir is managed by hf-plm-ext)")
+    if values.get("use_cpu") and (values.get("fsdp") or os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true"):
+        # accelerate 1.15 shards only on accelerators (AcceleratorState: FSDP for MULTI_GPU and its kind, not
+        # MULTI_CPU); on the CPU the same run trains as plain DDP, with no warning
+        raise UserInputError("FSDP needs GPUs (or another accelerator): on the CPU accelerate would train with plain "
+                             "DDP instead; drop --fsdp (or the FSDP accelerate config), or run where there is one")
     instances = []
     for dataclass_type in namespace.dataclass_types:
         names = {f.name for f in dataclasses.fields(dataclass_type) if f.init}
