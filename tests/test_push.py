@@ -16,6 +16,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from family_common import CASE_IDS, CASES, TINY_CONFIGS
 from hub_double import HubDouble
 
 TOKEN = "hf_test_double_token"
@@ -255,29 +256,19 @@ def test_bad_pushes_fail_with_one_clear_error_and_leave_the_folder(case, hub, fi
     assert snapshot(finetuned) == before
 
 
-def test_every_family_renders_a_card_whose_metadata_validates(tmp_path):
+@pytest.mark.parametrize("variant,auto_name,model_class", CASES, ids=CASE_IDS)
+def test_every_family_renders_a_card_whose_metadata_validates(variant, auto_name, model_class, tmp_path):
     from huggingface_hub import ModelCard
 
-    from hf_plm_ext import FAMILIES
     from hf_plm_ext.hub.cards import render_card
     from hub_double import card_metadata_errors
 
-    for config_class, heads in FAMILIES.items():
-        if config_class.model_type == "transfo-xl":
-            config = config_class(vocab_size=60, adaptive=False, d_model=16, d_embed=16, n_head=2, d_head=8,
-                                  d_inner=32, n_layer=1, mem_len=8, eos_token_id=None)
-        elif config_class.model_type == "electra-rtd":
-            config = config_class.from_size("tiny", vocab_size=60, mask_token_id=4)
-        else:
-            config = config_class(vocab_size=60, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                  intermediate_size=32)
-        for auto_name, model_class in heads.items():
-            folder = tmp_path / f"{config_class.model_type}-{auto_name}"
-            model_class(config).save_pretrained(folder)
-            card = render_card(folder, repo_id=f"someone/{folder.name}", language="en", license="apache-2.0")
-            assert card_metadata_errors(str(card)) == [], (folder.name, str(card)[:500])
-            parsed = ModelCard(str(card))
-            assert "hf-plm-ext" in parsed.data.tags and parsed.data.library_name == "transformers"
+    folder = tmp_path / f"{variant}-{auto_name}"
+    model_class(TINY_CONFIGS[variant]()).save_pretrained(folder)
+    card = render_card(folder, repo_id=f"someone/{folder.name}", language="en", license="apache-2.0")
+    assert card_metadata_errors(str(card)) == [], (folder.name, str(card)[:500])
+    parsed = ModelCard(str(card))
+    assert "hf-plm-ext" in parsed.data.tags and parsed.data.library_name == "transformers"
 
 
 def test_adapter_card_metadata_validates(lora_run):

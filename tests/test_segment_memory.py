@@ -9,20 +9,18 @@ from accelerate.data_loader import BatchSamplerShard
 from torch.utils.data import BatchSampler, SequentialSampler
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainingArguments, default_data_collator
 
-from hf_plm_ext import TransfoXLConfig, TransfoXLLMHeadModel
+from hf_plm_ext import TransfoXLLMHeadModel
 from hf_plm_ext.data.segment_streams import StreamSegments, tokenize_stream
 from hf_plm_ext.eval.language_model import stream_perplexity
 from hf_plm_ext.training.segment_memory import SegmentMemoryTrainer
 
 from conftest import run_cli
+from family_common import tiny_transfo_xl
 
 
 def tiny_xl(mem_len=8, seed=0):
     torch.manual_seed(seed)
-    config = TransfoXLConfig(vocab_size=40, adaptive=False, d_model=16, d_embed=16, n_head=2, d_head=8, d_inner=32,
-                             n_layer=2, mem_len=mem_len, clamp_len=-1, same_length=False, dropout=0.0,
-                             eos_token_id=None, init_std=0.3, proj_init_std=0.3)
-    return TransfoXLLMHeadModel(config)
+    return TransfoXLLMHeadModel(tiny_transfo_xl(vocab_size=40, mem_len=mem_len, init_std=0.3, proj_init_std=0.3))
 
 
 @pytest.mark.parametrize("world_size", [1, 2])

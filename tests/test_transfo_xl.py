@@ -9,22 +9,21 @@ from huggingface_hub.errors import StrictDataclassError
 from safetensors.torch import load_file
 from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
 
-from hf_plm_ext import TransfoXLConfig, TransfoXLForSequenceClassification, TransfoXLLMHeadModel
+from hf_plm_ext import TransfoXLForSequenceClassification, TransfoXLLMHeadModel
 from hf_plm_ext.modeling.transfo_xl.fast_transfo_xl import (SoftmaxNLL, is_plain_linear, reassociated_position_scores,
                                                               softmax_nll_without_grad)
 from hf_plm_ext.modeling.transfo_xl.modeling_transfo_xl import (Dropout, rel_shift, relative_attention_scores,
                                                                 shifted_position_scores, sinusoid_embeddings)
 
 
+from family_common import tiny_transfo_xl
+
 LEGACY = Path(__file__).parent / "fixtures" / "transfo_xl_legacy"
 
 
 def tiny_config(**overrides):
-    fields = dict(vocab_size=50, adaptive=False, d_model=16, d_embed=16, n_head=2, d_head=8, d_inner=32, n_layer=2,
-                  mem_len=6, clamp_len=-1, same_length=False, dropout=0.0, eos_token_id=None,
-                  init_std=0.3, proj_init_std=0.3)  # large weights: differences show in the logits
-    fields.update(overrides)
-    return TransfoXLConfig(**fields)
+    # the family tester's tiny config with large weights, so that differences show in the logits
+    return tiny_transfo_xl(**{**dict(vocab_size=50, mem_len=6, init_std=0.3, proj_init_std=0.3), **overrides})
 
 
 def tiny_model(seed=0, **overrides):
