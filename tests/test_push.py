@@ -286,3 +286,12 @@ def test_adapter_card_metadata_validates(lora_run):
     assert {r.metric_type: r.metric_value for r in parsed.data.eval_results} == {
         name: round(value, 4) for name, value in measured.items()}
     assert "AutoPeftModelForSequenceClassification" in str(card) and "r | 4" in str(card)
+    assert "Loading needs hf-plm-ext" not in str(card)  # LoRA is PEFT's own
+
+
+def test_an_adapter_of_a_method_this_package_registers_says_it_needs_the_package(lora_run, monkeypatch):
+    from hf_plm_ext.hub import cards
+
+    monkeypatch.setattr(cards, "PACKAGE_PEFT_METHODS", {"LORA"})  # as the bottleneck adapters will register theirs
+    card = str(cards.render_card(lora_run, repo_id="someone/lora", base_model="someone/base"))
+    assert "**Loading needs hf-plm-ext**" in card and "import hf_plm_ext  # registers LORA with PEFT" in card

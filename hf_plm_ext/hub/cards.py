@@ -127,6 +127,9 @@ PEFT_METHODS = {
              "Representations},\n  year = {2022},\n}"),
 }
 ADAPTER_FIELDS = ("r", "lora_alpha", "lora_dropout", "target_modules")
+# PEFT methods that this package registers with PEFT on `import hf_plm_ext` (the adapters add theirs here): an
+# adapter of one of them loads only where hf-plm-ext is installed and imported, and its card says so
+PACKAGE_PEFT_METHODS: set[str] = set()
 
 
 def fine_tuned_on(evaluated: dict) -> str:
@@ -170,6 +173,7 @@ def render_adapter_card(checkpoint: Path, repo_id=None, language=None, license=N
         peft_type=peft_type, base_model=base or "its base model", num_parameters=_parameter_count(checkpoint),
         saved_modules=", ".join(f"`{m}`" for m in saved_modules), method_in_one_sentence=method,
         peft_auto_class=peft_auto_class, base_needs_remote_code=base_needs_remote_code, citation=citation,
+        needs_package=peft_type in PACKAGE_PEFT_METHODS,
         what_this_checkpoint_is=(f"This adapter is {fine_tuned_on(evaluated)}." if evaluated else ""),
         adapter={"PEFT method": peft_type, "task type": adapter.get("task_type"), "base model": base,
                  **{k: _show(sorted(v) if isinstance(v, (list, set)) else v) for k in ADAPTER_FIELDS
