@@ -267,3 +267,13 @@ def test_pre_training_continues_from_stock_electra_checkpoints(tmp_path):
                                    stock_discriminator(ids, attention_mask=attention_mask).logits, rtol=0, atol=0)
         torch.testing.assert_close(model.generator(ids, attention_mask=attention_mask).logits,
                                    stock_generator(ids, attention_mask=attention_mask).logits, rtol=0, atol=0)
+
+
+def test_a_stock_electra_config_read_from_a_pair_folder_is_the_discriminators(tmp_path):
+    from transformers import ElectraConfig as StockConfig
+
+    model = ElectraForRTDPreTraining(tiny_config())
+    model.save_pretrained(tmp_path)
+    read = StockConfig.from_pretrained(tmp_path)  # transformers takes the last sub-config of type electra
+    assert read.to_dict() == model.config.discriminator_config.to_dict()
+    assert type(AutoModelForPreTraining.from_pretrained(tmp_path).config.generator_config) is StockConfig

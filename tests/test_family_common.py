@@ -46,6 +46,12 @@ def test_save_and_load_give_the_same_outputs_and_keep_tied_weights_tied(variant,
         expected = first_output(run(model, ids))
     model.save_pretrained(tmp_path)
     assert not [p.name for p in tmp_path.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".pkl")]
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "model.safetensors"), "pt") as weights:
+        left_out = set(model.state_dict()) - set(weights.keys())
+    # what save leaves out is exactly what the model reports as tied, under the same names (load re-ties those)
+    assert left_out == set(model.get_expanded_tied_weights_keys(all_submodels=True))
     loaded = getattr(transformers, auto_name).from_pretrained(tmp_path).eval()
     assert type(loaded) is model_class
     with torch.no_grad():

@@ -6,6 +6,7 @@ models; this configuration holds their two ``ElectraConfig``s and the joint obje
 hyper-parameters (defaults from google-research/electra ``configure_pretraining.py``).
 """
 
+import json
 import warnings
 
 from huggingface_hub.dataclasses import strict
@@ -91,6 +92,15 @@ class ElectraRTDConfig(PreTrainedConfig):
         family_auto_map = getattr(type(self), "_family_auto_map", None)  # see MacBertConfig
         if family_auto_map and getattr(self, "auto_map", None) is None:
             self.auto_map = dict(family_auto_map)
+
+    def to_json_string(self, use_diff: bool = True) -> str:
+        """As transformers' (keys sorted), but with ``discriminator_config`` last: a stock
+        ``ElectraConfig.from_pretrained(folder)`` takes the last sub-config of its model type in the file, and the
+        discriminator is the half one fine-tunes (sorted, it was the generator)."""
+        config = json.loads(super().to_json_string(use_diff))
+        if "discriminator_config" in config:
+            config["discriminator_config"] = config.pop("discriminator_config")
+        return json.dumps(config, indent=2) + "\n"
 
     @classmethod
     def from_size(cls, size: str, vocab_size: int, generator_hidden_fraction=None, **kwargs):
