@@ -1,5 +1,6 @@
 """Output directories that appear whole or not at all."""
 
+import codecs
 import os
 import shutil
 from contextlib import contextmanager
@@ -15,10 +16,47 @@ def check_new_output(path) -> Path:
     return path
 
 
+def check_new_file(path) -> Path:
+    path = Path(path)
+    if path.exists():
+        raise UserInputError(f"output file {path} already exists; choose another --output or remove it")
+    return path
+
+
+def write_new_file(path, text: str) -> None:
+    """Write ``text`` to ``path``, which must not exist, through a hidden sibling renamed when complete."""
+    path = check_new_file(path)
+    partial = path.parent / f".{path.name}.partial-{os.getpid()}"
+    partial.write_text(text, encoding="utf-8")
+    partial.rename(path)
+
+
 def check_file(path, what="file") -> Path:
     path = Path(path)
+    if path.is_dir():
+        raise UserInputError(f"{what} {path} is a directory; give the files in it (e.g. {path}/*.txt)")
     if not path.is_file():
         raise UserInputError(f"{what} not found: {path}")
+    return path
+
+
+def check_text_file(path, what="corpus file") -> Path:
+    """An existing, non-empty UTF-8 text file (read through once, in 1 MiB blocks), or one clear error naming it."""
+    path = check_file(path, what)
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    with path.open("rb") as stream:
+        while True:
+            block = stream.read(1 << 20)
+            try:
+                decoder.decode(block, final=not block)
+            except UnicodeDecodeError as err:
+                raise UserInputError(f"{path}: not UTF-8 text ({err.reason} at byte {offset + err.start})") from None
+            if not block:
+                break
+            offset += len(block)
+    if offset == 0:
+        raise UserInputError(f"{what} {path} is empty")
     return path
 
 

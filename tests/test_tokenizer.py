@@ -75,8 +75,12 @@ def test_empty_corpus_and_existing_output_are_errors(tmp_path, capsys):
     empty = tmp_path / "empty.txt"
     empty.write_text("")
     code, _, stderr = run_cli(["tokenizer", "train", "--corpus", empty, "--output", tmp_path / "out"], capsys)
+    assert code == 2 and f"{empty} is empty" in stderr
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n\n")  # text, but no words
+    code, _, stderr = run_cli(["tokenizer", "train", "--corpus", blank, "--output", tmp_path / "out"], capsys)
     assert code == 2 and "no vocabulary" in stderr
-    assert list(tmp_path.iterdir()) == [empty]  # nothing half-written
+    assert sorted(tmp_path.iterdir()) == [blank, empty]  # nothing half-written
 
     (tmp_path / "taken").mkdir()
     code, _, stderr = run_cli(["tokenizer", "train", "--corpus", empty, "--output", tmp_path / "taken"], capsys)

@@ -7,6 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hf_plm_ext.eval.language_model import evaluate_language_model
+from hf_plm_ext.files import check_new_file, write_new_file
 from hf_plm_ext.training.checks import check_tokenizer_fits, load_pretrained
 
 
@@ -25,11 +26,13 @@ def add_to(commands):
     lm.add_argument("--same-length", action=argparse.BooleanOptionalAction, help="every query sees as many keys "
                                                                   "(default: the model's)")
     lm.add_argument("--batch-size", type=int, default=1, help="parallel streams (1: the text read once in order)")
-    lm.add_argument("--output", metavar="FILE", help="also write the results as JSON")
+    lm.add_argument("--output", metavar="FILE", help="also write the results as JSON (a new file)")
     lm.set_defaults(handler=run_lm)
 
 
 def run_lm(args):
+    if args.output:
+        check_new_file(args.output)  # refused before the (long) evaluation, like every --output
     model = load_pretrained(AutoModelForCausalLM, args.model, "model")
     tokenizer = load_pretrained(AutoTokenizer, args.tokenizer or args.model, "tokenizer")
     check_tokenizer_fits(tokenizer, model, args.tokenizer or args.model)
@@ -44,6 +47,4 @@ def run_lm(args):
     print(f"{line} (tgt_len {results['tgt_len']}, mem_len {results['mem_len']}, clamp_len {results['clamp_len']}, "
           f"same_length {results['same_length']})")
     if args.output:
-        with open(args.output, "w") as out:
-            json.dump(results, out, indent=2)
-            out.write("\n")
+        write_new_file(args.output, json.dumps(results, indent=2) + "\n")

@@ -3,7 +3,7 @@
 from datasets import load_dataset
 
 from hf_plm_ext.errors import UserInputError
-from hf_plm_ext.files import check_file
+from hf_plm_ext.files import check_text_file
 
 
 def token_blocks(corpus_files, tokenizer, block_length, seed=0, validation_fraction=0.05):
@@ -11,7 +11,7 @@ def token_blocks(corpus_files, tokenizer, block_length, seed=0, validation_fract
 
     Returns a ``DatasetDict`` with ``train`` and ``test`` (held-out) splits of ``input_ids``.
     """
-    files = [str(check_file(f, "corpus file")) for f in corpus_files]
+    files = [str(check_text_file(f)) for f in corpus_files]
     if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
         raise UserInputError("the tokenizer has no [CLS]/[SEP] tokens; encoders need both")
     if block_length < 8:

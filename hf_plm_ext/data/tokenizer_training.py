@@ -21,7 +21,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 from transformers import PreTrainedTokenizerFast
 
 from hf_plm_ext.errors import UserInputError
-from hf_plm_ext.files import check_file
+from hf_plm_ext.files import check_text_file
 
 KINDS = ("wordpiece", "bpe", "wordlevel", "unigram", "words", "chars")
 LM_KINDS = ("words", "chars")
@@ -86,7 +86,7 @@ def train_tokenizer(corpus_files, kind="wordpiece", vocab_size=8000, min_frequen
     """Train a tokenizer of ``kind`` on ``corpus_files`` (plain UTF-8 text, read line by line)."""
     if not corpus_files:
         raise UserInputError("no corpus files given")
-    files = [str(check_file(f, "corpus file")) for f in corpus_files]
+    files = [str(check_text_file(f)) for f in corpus_files]
     if vocab_size < len(SPECIAL_TOKENS) + 1:
         raise UserInputError(f"--vocab-size must be larger than the {len(SPECIAL_TOKENS)} special tokens, "
                              f"got {vocab_size}")

@@ -13,7 +13,7 @@ from math import prod
 from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
 from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.eval.results import results_table
@@ -164,8 +164,7 @@ def render_adapter_card(checkpoint: Path, repo_id=None, language=None, license=N
         tags=["hf-plm-ext", "peft", peft_type.lower(), "adapter"],
         eval_results=eval_results_of(evaluated) if evaluated else None,
     )
-    with safe_open(str(checkpoint / "adapter_model.safetensors"), framework="pt") as handle:
-        weight_names = list(handle.keys())
+    weight_names = list(weight_shapes(checkpoint / "adapter_model.safetensors"))
     # PEFT lists every usual head name (classifier, score); keep those this model has
     saved_modules = [m for m in adapter.get("modules_to_save") or [] if any(f".{m}." in n for n in weight_names)]
     card = ModelCard.from_template(
@@ -185,6 +184,15 @@ def render_adapter_card(checkpoint: Path, repo_id=None, language=None, license=N
     return ModelCard(re.sub(r"\n{3,}", "\n\n", str(card)))
 
 
+def weight_shapes(path: Path) -> dict[str, list[int]]:
+    """``{tensor name: shape}`` of a safetensors file, read from its header; a broken file is one clear error."""
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            return {name: handle.get_slice(name).get_shape() for name in handle.keys()}
+    except SafetensorError as err:
+        raise UserInputError(f"{path}: not a valid safetensors file ({err})") from None
+
+
 def _optional(path: Path):
     return read_json(path) if path.is_file() else None
 
@@ -198,8 +206,7 @@ def _show(value):
 def _parameter_count(checkpoint: Path) -> str:
     total = 0
     for weights in checkpoint.glob("*.safetensors"):
-        with safe_open(str(weights), framework="pt") as handle:
-            total += sum(prod(handle.get_slice(name).get_shape()) for name in handle.keys())
+        total += sum(prod(shape) for shape in weight_shapes(weights).values())
     if not total:
         return "not recorded"
     return f"{total / 1e6:.2f} M" if total >= 1e6 else f"{total:,}"

@@ -1,29 +1,69 @@
 """Loading checkpoints with one clear error instead of a deep traceback."""
 
+import functools
 from pathlib import Path
 
+import httpx2  # huggingface_hub's HTTP client
 from huggingface_hub.errors import StrictDataclassError
+from safetensors import SafetensorError
 
 from hf_plm_ext.errors import UserInputError
 
 
 def load_pretrained(auto_class, name_or_path, what, **kwargs):
-    """``auto_class.from_pretrained`` that reports a missing or unreadable checkpoint as a ``UserInputError``."""
+    """``auto_class.from_pretrained`` that reports a missing or unreadable checkpoint as one ``UserInputError``.
+
+    A local folder is loaded by its resolved path, so that what records it (a PEFT adapter's
+    ``base_model_name_or_path``) names it from anywhere; any other name must be a model on the Hub, looked up once
+    (one request, no retries) before transformers tries its files.
+    """
     path = Path(name_or_path)
     looks_local = path.is_absolute() or str(name_or_path).startswith(".") or path.exists()
     if looks_local and not path.is_dir():
         raise UserInputError(f"{what} directory not found: {name_or_path}")
+    if path.is_dir():
+        name_or_path = str(path.resolve())
+    else:
+        check_hub_model(str(name_or_path), what)
     try:
         return auto_class.from_pretrained(name_or_path, **kwargs)
+    except SafetensorError as err:
+        weights = ", ".join(p.name for p in sorted(path.glob("*.safetensors"))) or "its weights"
+        raise UserInputError(f"cannot read the {what} weights in {path} ({weights}): not a valid safetensors file "
+                             f"({err})") from None
+    except StrictDataclassError as err:  # a config field of the wrong type or out of range
+        raise UserInputError(f"{path / 'config.json'}: {' '.join(str(err).split())}") from None
     except RuntimeError as err:
         if "mismatch" not in str(err).lower():
             raise
         raise UserInputError(f"the {what} at {name_or_path} has layers of other sizes than asked for (e.g. a "
                              f"classifier for another label count); pass --ignore_mismatched_sizes to "
                              f"re-initialise them") from None
-    except (OSError, ValueError, KeyError, StrictDataclassError) as err:
+    except (OSError, ValueError, KeyError) as err:
         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserInputError(f"cannot load the {what} from {name_or_path}: {first_line}") from None
+
+
+@functools.cache
+def check_hub_model(name: str, what: str) -> None:
+    """A name that is not a local folder must be a model on the Hub; say so at once when it is not, or when the Hub
+    cannot be asked (offline, unreachable), instead of transformers' retries and a message about another file."""
+    from huggingface_hub import HfApi, constants
+    from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError
+
+    not_local = f"{name!r} is not a local folder"
+    if constants.HF_HUB_OFFLINE:
+        raise UserInputError(f"{not_local}, and HF_HUB_OFFLINE is set, so the Hub is not asked")
+    try:
+        HfApi().model_info(name, timeout=10)
+    except HFValidationError:
+        raise UserInputError(f"{not_local}, nor a valid Hub model id") from None
+    except RepositoryNotFoundError:
+        raise UserInputError(f"{not_local}, nor a model on the Hub at {constants.ENDPOINT} (or it is private: log "
+                             f"in with `hf auth login`)") from None
+    except (httpx2.TransportError, OSError) as err:
+        raise UserInputError(f"{not_local}, and the Hub at {constants.ENDPOINT} could not be reached to look it up "
+                             f"({type(err).__name__}: {err})") from None
 
 
 def check_tokenizer_fits(tokenizer, model, where):

@@ -11,7 +11,7 @@ from hf_plm_ext.data.similar_words import load_similar_words
 from hf_plm_ext.data.sop import build_sop_pairs
 from hf_plm_ext.data.token_blocks import hold_out
 from hf_plm_ext.errors import UserInputError
-from hf_plm_ext.files import check_file
+from hf_plm_ext.files import check_text_file
 from hf_plm_ext.training.objectives.base import MaskedInputArguments, Objective, encoder_config
 from hf_plm_ext.training.objectives.mlm import TINY_ENCODER, MaskedLM
 
@@ -59,7 +59,7 @@ class MacBertPretraining(Objective):
 
     def build_data(self, tokenizer, training_args):
         args, seed = self.args, training_args.seed
-        files = [str(check_file(f, "corpus file")) for f in args.corpus]
+        files = [str(check_text_file(f)) for f in args.corpus]
         documents = load_dataset("text", data_files={"train": files}, sample_by="paragraph")["train"]
         pairs = documents.map(build_sop_pairs, batched=True, with_indices=True, remove_columns=["text"],
                               desc="SOP pairs", fn_kwargs={
