@@ -7,7 +7,12 @@
 import transformers
 from transformers import AutoConfig
 
-from hf_plm_ext.modeling.electra_rtd import ElectraForRTDPreTraining, ElectraRTDConfig
+from hf_plm_ext.modeling.electra_rtd import (
+    ElectraForRTDPreTraining,
+    ElectraRTDConfig,
+    ElectraRTDForSequenceClassification,
+    ElectraRTDModel,
+)
 from hf_plm_ext.modeling.macbert import (
     MacBertConfig,
     MacBertForMaskedLM,
@@ -34,7 +39,9 @@ FAMILIES = {
         "AutoModelForQuestionAnswering": MacBertForQuestionAnswering,
     },
     ElectraRTDConfig: {
+        "AutoModel": ElectraRTDModel,  # the discriminator's encoder
         "AutoModelForPreTraining": ElectraForRTDPreTraining,
+        "AutoModelForSequenceClassification": ElectraRTDForSequenceClassification,  # the discriminator + a head
     },
     TransfoXLConfig: {
         "AutoModel": TransfoXLModel,

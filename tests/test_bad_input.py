@@ -3,11 +3,13 @@ written (issue 20)."""
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
 from conftest import run_cli
 
+DEMO_TEXT = str(Path(__file__).parents[1] / "hf_plm_ext/demo_data/alice.txt")
 SST2 = ["--task", "sst2", "--max_steps", 1, "--max_train_samples", 8, "--disable_tqdm", "true", "--report_to", "none"]
 
 
@@ -115,3 +117,18 @@ def test_every_command_that_reads_text_names_a_bad_corpus(tmp_path, english_toke
             assert code == 2 and message in stderr, (name, corpus.name, stderr[-1500:])
             assert "Traceback" not in stderr and stderr.count("hf-plm-ext: error:") == 1, (name, stderr[-1500:])
     assert not (tmp_path / "out").exists()
+
+
+def test_a_checkpoint_without_the_asked_head_says_which_classes_it_loads_with(tmp_path, capsys):
+    from family_common import tiny_macbert
+
+    from hf_plm_ext import MacBertForMaskedLM
+
+    MacBertForMaskedLM(tiny_macbert()).save_pretrained(tmp_path / "macbert")
+    capsys.readouterr()  # save_pretrained's progress bar
+    code, _, stderr = run_cli(["eval", "lm", "--model", tmp_path / "macbert", "--corpus", DEMO_TEXT], capsys)
+    assert code == 2
+    assert stderr.strip().splitlines() == [
+        f"hf-plm-ext: error: the model at {(tmp_path / 'macbert').resolve()} is a 'macbert' checkpoint, which has no "
+        "AutoModelForCausalLM class; it loads with AutoModel, AutoModelForMaskedLM, AutoModelForPreTraining, "
+        "AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoModelForQuestionAnswering"]

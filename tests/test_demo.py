@@ -35,5 +35,8 @@ def test_demo_with_transfo_xl_measures_perplexity_with_memory_and_reloads(tmp_pa
     for mem_len in (0, 64, 256):
         assert f"mem_len {mem_len:>3}: perplexity" in stdout
     assert "TransfoXLLMHeadModel; max |logit difference| after 3 segments with memory: 0.00e+00" in stdout
+    sample = stdout.split("generate with the memory as the cache ===\n")[1].splitlines()[0]
+    assert sample.startswith("alice was beginning to ") and len(sample.split()) == 4 + 30  # <eos> did not stop it
+    assert "| generate | 30 sampled words after 'alice was beginning to' |" in (out / "demo_results.md").read_text()
     assert (out / "pretrained" / "modeling_transfo_xl.py").is_file()
     assert "| reload | remote code, max logit diff" in (out / "demo_results.md").read_text()

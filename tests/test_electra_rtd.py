@@ -3,9 +3,17 @@ import warnings
 import pytest
 import torch
 from huggingface_hub.errors import StrictDataclassError
-from transformers import AutoModelForPreTraining, ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
+from transformers import (
+    AutoModel,
+    AutoModelForPreTraining,
+    AutoModelForSequenceClassification,
+    ElectraConfig,
+    ElectraForMaskedLM,
+    ElectraForPreTraining,
+)
 
 from hf_plm_ext import ElectraForRTDPreTraining, ElectraRTDConfig
+from hf_plm_ext.modeling.electra_rtd import ElectraRTDForSequenceClassification, ElectraRTDModel
 
 
 MASK, PAD, CLS, SEP = 4, 0, 2, 3
@@ -230,6 +238,24 @@ def test_pretrain_export_and_finetune_from_the_command_line(tmp_path, english_to
     assert code == 0, stderr[-3000:]
     assert json.loads((tmp_path / "sst2/config.json").read_text())["architectures"] == \
         ["ElectraForSequenceClassification"]
+
+    # the run's folder itself: AutoModel is the discriminator's encoder, and the runner fine-tunes it directly
+    encoder = AutoModel.from_pretrained(run_dir).eval()
+    assert isinstance(encoder, ElectraRTDModel)
+    stock_encoder = AutoModel.from_pretrained(exported).eval()
+    ids = torch.randint(5, 500, (2, 9))
+    with torch.no_grad():
+        assert torch.equal(encoder(ids).last_hidden_state, stock_encoder(ids).last_hidden_state)
+    code, stdout, stderr = run_cli(["finetune", "glue", "--task", "sst2", "--model", run_dir, "--output",
+                                    tmp_path / "sst2-run", "--data-dir", shared_data / "glue/SST-2",
+                                    "--max_train_samples", 32, "--max_steps", 2, "--disable_tqdm", "true",
+                                    "--report_to", "none"], capsys)
+    assert code == 0, stderr[-3000:]
+    assert "| glue | sst2 | dev | accuracy |" in stdout
+    classifier = AutoModelForSequenceClassification.from_pretrained(tmp_path / "sst2-run")
+    assert isinstance(classifier, ElectraRTDForSequenceClassification)
+    assert classifier.config.id2label == {0: "0", 1: "1"} == classifier.discriminator.config.id2label
+    assert not any(name.startswith("generator.") for name, _ in classifier.named_parameters())
 
     code, _, stderr = run_cli(["export", "electra", run_dir, tmp_path / "again"], capsys)  # default: discriminator
     assert code == 0, stderr

@@ -523,3 +523,23 @@ def test_unknown_arguments_are_refused_and_token_type_ids_ignored():
         for forward in (model, model.transformer):
             with pytest.raises(TypeError, match=r"unexpected arguments \['mem_lenn'\]"):
                 forward(ids, mem_lenn=4)
+
+
+def test_text_generation_pipeline_on_a_words_model_spaces_the_continuation_from_its_prompt(caplog):
+    import logging
+
+    from transformers import pipeline
+
+    from hf_plm_ext import train_tokenizer
+
+    alice = Path(__file__).parents[1] / "hf_plm_ext/demo_data/alice.txt"
+    tokenizer = train_tokenizer([alice], "words", vocab_size=2000)
+    model = TransfoXLLMHeadModel(tiny_config(vocab_size=len(tokenizer), eos_token_id=tokenizer.eos_token_id)).eval()
+    generate = pipeline("text-generation", model=model, tokenizer=tokenizer)
+    torch.manual_seed(0)
+    text = generate("alice was beginning to", max_new_tokens=5, min_new_tokens=5, do_sample=True)[0]["generated_text"]
+    assert text.startswith("alice was beginning to ") and len(text.split()) == 4 + 5  # was "...towas ..."
+    assert tokenizer.decode(tokenizer("the queen said")["input_ids"]).split() == ["the", "queen", "said"]
+    with caplog.at_level(logging.WARNING):
+        assert len(tokenizer(alice.read_text(encoding="utf-8"))["input_ids"]) > 10_000
+    assert "longer than the specified maximum sequence length" not in caplog.text  # a memory model has no limit

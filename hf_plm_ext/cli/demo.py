@@ -27,6 +27,7 @@ from hf_plm_ext.training.objectives import OBJECTIVES
 from hf_plm_ext.training.pretrain import pretrain
 
 DEMO_DATA = files("hf_plm_ext") / "demo_data"
+DEMO_SAMPLED_WORDS = 30
 
 RELOAD_SCRIPT = r"""
 import json, sys
@@ -206,11 +207,15 @@ def run_language_model(objective, args, out):
                   time.perf_counter() - started))
 
     started = _step(4, "generate with the memory as the cache")
-    prompt = tokenizer("alice was beginning to", return_tensors="pt")["input_ids"]
+    prompt_text = "alice was beginning to"
+    prompt = tokenizer(prompt_text, return_tensors="pt")["input_ids"]
     torch.manual_seed(args.seed)
-    generated = model.generate(prompt, max_new_tokens=30, do_sample=True, top_k=20)
-    print(tokenizer.decode(generated[0]))
-    table.append(("generate", "30 sampled words after 'alice was beginning to'", time.perf_counter() - started))
+    # <eos> ends a line of the corpus, not the text: sample through it, as many words as the table says
+    generated = model.generate(prompt, max_new_tokens=DEMO_SAMPLED_WORDS, min_new_tokens=DEMO_SAMPLED_WORDS,
+                               do_sample=True, top_k=20)
+    sampled = generated[0, prompt.shape[1]:]
+    print(prompt_text + tokenizer.decode(sampled))
+    table.append(("generate", f"{len(sampled)} sampled words after '{prompt_text}'", time.perf_counter() - started))
 
     started = _step(5, "reload with AutoModelForCausalLM in a process without hf_plm_ext")
     ids = tokenizer((out / "held_out.txt").read_text(encoding="utf-8")[:2000])["input_ids"]

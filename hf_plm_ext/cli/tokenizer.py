@@ -17,7 +17,8 @@ def add_to(commands):
     train.add_argument("--min-frequency", type=int, default=2)
     train.add_argument("--no-lowercase", dest="lowercase", action="store_false",
                        help="keep case and accents (default: lower-case and strip accents, like BERT uncased)")
-    train.add_argument("--model-max-length", type=int, default=512)
+    train.add_argument("--model-max-length", type=int, help="longest input the tokenizer accepts without a warning "
+                                                            "(default: 512; words and chars: unlimited)")
     train.add_argument("--output", required=True, metavar="DIR", help="new directory")
     train.set_defaults(handler=run_train)
 

@@ -13,8 +13,13 @@ GLUE/CLUE runner. The result is a ``PreTrainedTokenizerFast`` that ``AutoTokeniz
 Two kinds serve left-to-right language models (Transformer-XL) instead: no template, special
 tokens ``<unk>`` and ``<eos>`` (ids 0, 1; the LM appends ``<eos>`` to every line):
 
-* ``words``: whitespace-separated words, as the Transformer-XL reference reads WikiText;
+* ``words``: whitespace-separated words, as the Transformer-XL reference reads WikiText; every word decodes
+  with the space before it (as GPT-2's byte-level BPE with a prefix space does), so a continuation decoded
+  alone — ``pipeline("text-generation")`` decodes only the new tokens — does not stick to its prompt;
 * ``chars``: every character a token (bits per character for enwik8/text8-style models).
+
+Their ``model_max_length`` is unlimited unless given: a segment-memory model has no length limit, and a
+limit of 512 only made transformers warn about every long text.
 """
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
@@ -71,6 +76,7 @@ def _pipeline(kind, vocab_size, min_frequency, lowercase):
             tok.normalizer = normalizers.Lowercase()
         if kind == "words":
             tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+            tok.decoder = decoders.Replace(Regex("^"), " ")
         else:
             tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
             tok.decoder = decoders.Fuse()
@@ -82,28 +88,35 @@ def _pipeline(kind, vocab_size, min_frequency, lowercase):
 
 
 def train_tokenizer(corpus_files, kind="wordpiece", vocab_size=8000, min_frequency=2, lowercase=True,
-                    model_max_length=512) -> PreTrainedTokenizerFast:
-    """Train a tokenizer of ``kind`` on ``corpus_files`` (plain UTF-8 text, read line by line)."""
+                    model_max_length=None) -> PreTrainedTokenizerFast:
+    """Train a tokenizer of ``kind`` on ``corpus_files`` (plain UTF-8 text, read line by line).
+
+    ``model_max_length``: default 512 for the encoder kinds, unlimited for ``words`` and ``chars``.
+    """
     if not corpus_files:
         raise UserInputError("no corpus files given")
     files = [str(check_text_file(f)) for f in corpus_files]
     if vocab_size < len(SPECIAL_TOKENS) + 1:
         raise UserInputError(f"--vocab-size must be larger than the {len(SPECIAL_TOKENS)} special tokens, "
                              f"got {vocab_size}")
+    if model_max_length is not None and model_max_length < 1:
+        raise UserInputError(f"--model-max-length must be positive, got {model_max_length}")
     tok, trainer = _pipeline(kind, vocab_size, min_frequency, lowercase)
     tok.train(files, trainer)
     specials = LM_SPECIAL_TOKENS if kind in LM_KINDS else SPECIAL_TOKENS
     if tok.get_vocab_size() <= len(specials):
         raise UserInputError(f"the corpus ({', '.join(files)}) yielded no vocabulary: is it empty?")
     if kind in LM_KINDS:
-        return PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=model_max_length,
-                                       model_input_names=["input_ids"], **specials)
+        length_limit = {} if model_max_length is None else {"model_max_length": model_max_length}
+        return PreTrainedTokenizerFast(tokenizer_object=tok, model_input_names=["input_ids"], **length_limit,
+                                       **specials)
     cls, sep = SPECIAL_TOKENS["cls_token"], SPECIAL_TOKENS["sep_token"]
     tok.post_processor = processors.TemplateProcessing(
         single=f"{cls} $A {sep}",
         pair=f"{cls} $A {sep} $B:1 {sep}:1",
         special_tokens=[(cls, tok.token_to_id(cls)), (sep, tok.token_to_id(sep))],
     )
-    return PreTrainedTokenizerFast(tokenizer_object=tok, model_max_length=model_max_length,
+    return PreTrainedTokenizerFast(tokenizer_object=tok,
+                                   model_max_length=512 if model_max_length is None else model_max_length,
                                    model_input_names=["input_ids", "token_type_ids", "attention_mask"],
                                    **SPECIAL_TOKENS)

@@ -39,9 +39,31 @@ def load_pretrained(auto_class, name_or_path, what, **kwargs):
         raise UserInputError(f"the {what} at {name_or_path} has layers of other sizes than asked for (e.g. a "
                              f"classifier for another label count); pass --ignore_mismatched_sizes to "
                              f"re-initialise them") from None
-    except (OSError, ValueError, KeyError) as err:
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise UserInputError(f"cannot load the {what} from {name_or_path}: {first_line}") from None
+    except ValueError as err:
+        if not str(err).startswith("Unrecognized configuration class"):
+            raise _cannot_load(what, name_or_path, err) from None
+        raise UserInputError(_missing_head(auto_class, name_or_path, what)) from None
+    except (OSError, KeyError) as err:
+        raise _cannot_load(what, name_or_path, err) from None
+
+
+def _cannot_load(what, name_or_path, err) -> UserInputError:
+    first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return UserInputError(f"cannot load the {what} from {name_or_path}: {first_line}")
+
+
+HEADS = ("AutoModel", "AutoModelForMaskedLM", "AutoModelForPreTraining", "AutoModelForCausalLM",
+         "AutoModelForSequenceClassification", "AutoModelForTokenClassification", "AutoModelForQuestionAnswering")
+
+
+def _missing_head(auto_class, name_or_path, what) -> str:
+    """Instead of transformers' list of every config class it knows: the classes this checkpoint does load with."""
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(name_or_path)
+    heads = [name for name in HEADS if type(config) in getattr(transformers, name)._model_mapping]
+    return (f"the {what} at {name_or_path} is a {config.model_type!r} checkpoint, which has no "
+            f"{auto_class.__name__} class; it loads with {', '.join(heads) or 'none of the Auto model classes'}")
 
 
 @functools.cache

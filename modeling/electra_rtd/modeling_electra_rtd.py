@@ -11,13 +11,18 @@ google-research/electra (``run_pretraining.py``, ``pretrain_helpers.py``):
 4. discriminator labels 1 where the sampled token differs from the original (a correctly
    sampled token counts as original), its sigmoid loss over every non-pad token;
 5. ``loss = gen_weight * generator_loss + disc_weight * discriminator_loss`` (1 and 50).
+
+A pre-training run's folder also loads as its discriminator, for fine-tuning without an export step:
+``AutoModel`` gives :class:`ElectraRTDModel` (the discriminator's encoder) and
+``AutoModelForSequenceClassification`` gives :class:`ElectraRTDForSequenceClassification`; the generator's
+weights are left unread.
 """
 
 from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers import ElectraForMaskedLM, ElectraForPreTraining, PreTrainedModel
+from transformers import ElectraForMaskedLM, ElectraForPreTraining, ElectraForSequenceClassification, ElectraModel, PreTrainedModel
 from transformers.utils import ModelOutput, can_return_tuple
 
 from .configuration_electra_rtd import ElectraRTDConfig
@@ -63,6 +68,14 @@ class ElectraRTDPreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     accepts_loss_kwargs = False  # the loss is a mean: the Trainer scales it for gradient accumulation
 
+    def _record_vocab_size(self, vocab_size: int):
+        """Both halves' configs are saved: each must say the size after a resize, or the next load fails."""
+        for part in (self.config.discriminator_config, self.config.generator_config):
+            part.vocab_size = vocab_size
+        for module in self.children():
+            if isinstance(module, PreTrainedModel):
+                module.config.vocab_size = vocab_size
+
 
 class ElectraForRTDPreTraining(ElectraRTDPreTrainedModel):
     """Generator (``self.generator``, an ``ElectraForMaskedLM``) + discriminator
@@ -104,10 +117,7 @@ class ElectraForRTDPreTraining(ElectraRTDPreTrainedModel):
         if not self.config.tie_embeddings:  # the generator has its own table and head: resize them too
             self.generator.resize_token_embeddings(*args, **kwargs)
         embeddings = super().resize_token_embeddings(*args, **kwargs)
-        # both halves' configs are saved: each must say the new size, or the next load fails
-        for part in (self.config.discriminator_config, self.config.generator_config, self.generator.config,
-                     self.discriminator.config):
-            part.vocab_size = embeddings.num_embeddings
+        self._record_vocab_size(embeddings.num_embeddings)
         return embeddings
 
     def get_output_embeddings(self):
@@ -230,4 +240,63 @@ class ElectraForRTDPreTraining(ElectraRTDPreTrainedModel):
         self.generator.save_pretrained(directory, **kwargs)
 
 
-__all__ = ["ElectraForRTDPreTraining", "ElectraRTDOutput", "ElectraRTDPreTrainedModel"]
+class ElectraRTDDiscriminatorModel(ElectraRTDPreTrainedModel):
+    """What the discriminator half of a run's folder loads as: the generator's weights are not read."""
+
+    _tied_weights_keys = {}
+    _keys_to_ignore_on_load_unexpected = [r"^generator\.", r"^discriminator\.discriminator_predictions\."]
+
+    def get_input_embeddings(self):
+        return self.discriminator.electra.get_input_embeddings()
+
+    def set_input_embeddings(self, embeddings):
+        self.discriminator.electra.set_input_embeddings(embeddings)
+
+    def resize_token_embeddings(self, *args, **kwargs):
+        embeddings = super().resize_token_embeddings(*args, **kwargs)
+        self._record_vocab_size(embeddings.num_embeddings)
+        return embeddings
+
+
+class ElectraRTDModel(ElectraRTDDiscriminatorModel):
+    """The discriminator's encoder (``self.discriminator.electra``, an ``ElectraModel``) of an ``electra-rtd``
+    checkpoint; its forward is ``ElectraModel``'s (``last_hidden_state``: ``[batch, seq, hidden]``)."""
+
+    def __init__(self, config: ElectraRTDConfig):
+        super().__init__(config)
+        # a container, so the parameter names are the run's own (discriminator.electra.*)
+        self.discriminator = nn.ModuleDict({"electra": ElectraModel(config.discriminator_config)})
+        self.post_init()
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, **kwargs):
+        return self.discriminator.electra(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                                          return_dict=True, **kwargs)
+
+
+class ElectraRTDForSequenceClassification(ElectraRTDDiscriminatorModel):
+    """The discriminator with transformers' ELECTRA classification head (``self.discriminator``, an
+    ``ElectraForSequenceClassification``; the head is new). The label fields of the config (``num_labels``,
+    ``id2label``, ``problem_type``, ``classifier_dropout``) are the discriminator's. Forward and output are
+    ``ElectraForSequenceClassification``'s (``logits``: ``[batch, num_labels]``)."""
+
+    def __init__(self, config: ElectraRTDConfig):
+        super().__init__(config)
+        discriminator_config = config.discriminator_config
+        discriminator_config.id2label, discriminator_config.label2id = config.id2label, config.label2id
+        discriminator_config.problem_type = config.problem_type
+        if hasattr(config, "classifier_dropout"):
+            discriminator_config.classifier_dropout = config.classifier_dropout
+        self.discriminator = ElectraForSequenceClassification(discriminator_config)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, **kwargs):
+        outputs = self.discriminator(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                                     labels=labels, return_dict=True, **kwargs)
+        self.config.problem_type = self.discriminator.config.problem_type  # transformers infers it on first use
+        return outputs
+
+
+__all__ = ["ElectraForRTDPreTraining", "ElectraRTDForSequenceClassification", "ElectraRTDModel", "ElectraRTDOutput",
+           "ElectraRTDPreTrainedModel"]
