@@ -26,9 +26,41 @@ def check_new_file(path) -> Path:
 def write_new_file(path, text: str) -> None:
     """Write ``text`` to ``path``, which must not exist, through a hidden sibling renamed when complete."""
     path = check_new_file(path)
-    partial = path.parent / f".{path.name}.partial-{os.getpid()}"
+    partial = _partial_path(path)
     partial.write_text(text, encoding="utf-8")
     partial.rename(path)
+
+
+def _partial_path(final: Path) -> Path:
+    """``.NAME.partial-PID``, PID the process that owns the run: this one, or under ``torchrun`` / ``accelerate
+    launch`` the launcher, which every rank shares as its parent. Leftovers of a killed run go first."""
+    owner = os.getppid() if "TORCHELASTIC_RUN_ID" in os.environ else os.getpid()
+    if _is_main_process():
+        remove_leftovers(final)
+    return final.parent / f".{final.name}.partial-{owner}"
+
+
+def remove_leftovers(final) -> list[Path]:
+    """Delete the hidden ``.NAME.partial-PID`` siblings of ``final`` whose process is gone (a killed run's);
+    return them."""
+    final = Path(final)
+    stale = [partial for partial in final.parent.glob(f".{final.name}.partial-*")
+             if not _is_running(partial.name.rsplit("-", 1)[1])]
+    for partial in stale:
+        shutil.rmtree(partial) if partial.is_dir() else partial.unlink()
+    return stale
+
+
+def _is_running(pid: str) -> bool:
+    if os.name != "posix" or not pid.isdigit():
+        return True  # not a PID this module wrote: leave it alone
+    try:
+        os.kill(int(pid), 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def check_file(path, what="file") -> Path:
@@ -68,12 +100,11 @@ def _is_main_process() -> bool:
 def staged_output(final):
     """Yield a hidden sibling folder to write into; rename it to ``final`` on success, delete it on error.
 
-    Under ``torchrun``/``accelerate launch`` every rank gets the same folder (named after the
-    launch's run id); only rank 0 renames or deletes it.
+    Under ``torchrun``/``accelerate launch`` every rank gets the same folder; only rank 0 renames or deletes it.
+    A killed run's folder (its process gone) is deleted by the next run to the same ``final``.
     """
     final = check_new_output(final)
-    run_id = os.environ.get("TORCHELASTIC_RUN_ID") or str(os.getpid())
-    staging = final.parent / f".{final.name}.partial-{run_id}"
+    staging = _partial_path(final)
     staging.mkdir(parents=True, exist_ok=True)
     try:
         yield staging

@@ -132,3 +132,83 @@ def test_a_checkpoint_without_the_asked_head_says_which_classes_it_loads_with(tm
         f"hf-plm-ext: error: the model at {(tmp_path / 'macbert').resolve()} is a 'macbert' checkpoint, which has no "
         "AutoModelForCausalLM class; it loads with AutoModel, AutoModelForMaskedLM, AutoModelForPreTraining, "
         "AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoModelForQuestionAnswering"]
+
+
+def _start_pretraining(tmp_path, english_tokenizer_dir, output):
+    import subprocess
+    import sys
+
+    corpus = Path(__file__).parents[1] / "hf_plm_ext/demo_data/alice.txt"
+    argv = ["pretrain", "mlm", "--corpus", corpus, "--tokenizer", english_tokenizer_dir, "--output", output,
+            "--max_steps", 100000, "--config_overrides", "hidden_size=32,num_hidden_layers=1,num_attention_heads=2,"
+            "intermediate_size=37", "--save_strategy", "no", "--disable_tqdm", "true", "--report_to", "none"]
+    return subprocess.Popen([sys.executable, "-m", "hf_plm_ext.cli.main", *map(str, argv)], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_staging(process, output, timeout=120):
+    """The staging folders once ``process``'s own is there."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        staged = list(output.parent.glob(f".{output.name}.partial-*"))
+        if any(path.name.endswith(f"-{process.pid}") for path in staged):
+            return staged
+        time.sleep(0.2)
+    raise AssertionError(f"no staging folder appeared: {process.communicate()[1][-2000:]}")
+
+
+def test_a_terminated_run_removes_what_it_staged_and_a_killed_one_is_cleaned_by_the_next(tmp_path,
+                                                                                        english_tokenizer_dir):
+    import signal
+
+    output = tmp_path / "run"
+    terminated = _start_pretraining(tmp_path, english_tokenizer_dir, output)
+    _wait_for_staging(terminated, output)
+    terminated.send_signal(signal.SIGTERM)
+    assert terminated.wait(60) == 128 + signal.SIGTERM
+    assert not list(tmp_path.glob(".run.partial-*")) and not output.exists()
+
+    killed = _start_pretraining(tmp_path, english_tokenizer_dir, output)
+    left = _wait_for_staging(killed, output)
+    killed.kill()
+    killed.wait(60)
+    assert list(tmp_path.glob(".run.partial-*")) == left  # SIGKILL leaves it; nothing can run on the way out
+    rerun = _start_pretraining(tmp_path, english_tokenizer_dir, output)
+    again = _wait_for_staging(rerun, output)
+    rerun.kill()
+    rerun.wait(60)
+    assert again == [tmp_path / f".run.partial-{rerun.pid}"]  # the next run to the same --output removed the leftover
+
+
+def test_a_leftover_is_removed_only_once_its_process_is_gone(tmp_path):
+    import os
+
+    from hf_plm_ext.files import remove_leftovers
+
+    final = tmp_path / "out"
+    mine, dead, foreign = (tmp_path / f".out.partial-{os.getpid()}", tmp_path / ".out.partial-4194304",
+                           tmp_path / ".out.partial-abc")  # 4194304: above Linux's largest PID
+    for folder in (mine, dead, foreign):
+        folder.mkdir()
+    (tmp_path / ".out.json.partial-4194304").write_text("{")  # another output's: not out's
+    assert remove_leftovers(final) == [dead]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([mine.name, foreign.name, ".out.json.partial-4194304"])
+
+
+def test_finetune_says_in_one_line_which_weights_are_new(tmp_path, tiny_classifier_dir, minilm_dir, shared_data,
+                                                        capsys):
+    code, stdout, stderr = run_cli(["finetune", "glue", *SST2, "--model", minilm_dir, "--data-dir",
+                                    shared_data / "glue/SST-2", "--output", tmp_path / "out"], capsys)
+    assert code == 0, stderr[-2000:]
+    assert f"model {minilm_dir.name}: new weights, initialised randomly: classifier\n" in stdout
+    assert "LOAD REPORT" not in stderr and "MISSING" not in stderr
+
+
+def test_tokenizer_training_prints_no_blank_lines(tmp_path, capfd):
+    code, stdout, stderr = run_cli(["tokenizer", "train", "--corpus", DEMO_TEXT, "--vocab-size", 500,
+                                    "--output", tmp_path / "tok"], capfd)
+    assert code == 0, stderr
+    assert stdout.splitlines() == [f"trained a wordpiece tokenizer with 500 tokens; saved to {tmp_path / 'tok'}"]
+    assert stderr.strip() == ""

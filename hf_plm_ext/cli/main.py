@@ -7,6 +7,7 @@ Training sub-commands parse their own dataclass plus ``TrainingArguments`` with
 import argparse
 import dataclasses
 import os
+import signal
 import sys
 
 import torch
@@ -57,6 +58,9 @@ def build_parser():
 
 
 def main(argv=None):
+    # `kill`, a scheduler's stop, torchrun ending the other ranks: exit as on an error, so that what a command
+    # stages is removed (Python's default for SIGTERM ends the process at once)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     parser = build_parser()
     args, unrecognized = parser.parse_known_args(argv)
     if unrecognized:
@@ -68,6 +72,10 @@ def main(argv=None):
         print(f"hf-plm-ext: error: {err}", file=sys.stderr)
         sys.exit(2)
     _leave_process_group()
+
+
+def _exit_on_sigterm(signum, frame):
+    sys.exit(128 + signum)
 
 
 def _leave_process_group():

@@ -22,6 +22,8 @@ Their ``model_max_length`` is unlimited unless given: a segment-memory model has
 limit of 512 only made transformers warn about every long text.
 """
 
+import sys
+
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
@@ -102,6 +104,7 @@ def train_tokenizer(corpus_files, kind="wordpiece", vocab_size=8000, min_frequen
     if model_max_length is not None and model_max_length < 1:
         raise UserInputError(f"--model-max-length must be positive, got {model_max_length}")
     tok, trainer = _pipeline(kind, vocab_size, min_frequency, lowercase)
+    trainer.show_progress = sys.stderr.isatty()  # its bars are blank lines in a log
     tok.train(files, trainer)
     specials = LM_SPECIAL_TOKENS if kind in LM_KINDS else SPECIAL_TOKENS
     if tok.get_vocab_size() <= len(specials):

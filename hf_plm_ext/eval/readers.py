@@ -28,6 +28,9 @@ class Examples:
     def __len__(self):
         return len(self.label)
 
+    def first(self, count: int) -> "Examples":
+        return Examples(self.text_a[:count], self.text_b[:count], self.label[:count], self.line[:count])
+
     def to_dict(self):
         columns = {"text_a": self.text_a, "label": self.label, "line": self.line}
         if any(b is not None for b in self.text_b):

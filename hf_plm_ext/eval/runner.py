@@ -179,10 +179,8 @@ def build_classifier(task: Task, args: FinetuneArguments, peft_config=None):
 
 def encode_splits(data: TaskData, tokenizer, args: FinetuneArguments):
     """``(train_dataset, {split: eval_dataset})``, tokenised and truncated to ``args.max_seq_length``."""
-    train_dataset = tokenize(data.train, tokenizer, args.max_seq_length)
-    if args.max_train_samples is not None:
-        train_dataset = train_dataset.select(range(min(args.max_train_samples, len(train_dataset))))
-    return train_dataset, {split: tokenize(examples, tokenizer, args.max_seq_length)
+    train_examples = data.train if args.max_train_samples is None else data.train.first(args.max_train_samples)
+    return tokenize(train_examples, tokenizer, args.max_seq_length), {split: tokenize(examples, tokenizer, args.max_seq_length)
                            for split, examples in data.validation.items()}
 
 

@@ -1,11 +1,13 @@
 """Loading checkpoints with one clear error instead of a deep traceback."""
 
 import functools
+import os
 from pathlib import Path
 
 import httpx2  # huggingface_hub's HTTP client
 from huggingface_hub.errors import StrictDataclassError
 from safetensors import SafetensorError
+from transformers.utils import logging as transformers_logging
 
 from hf_plm_ext.errors import UserInputError
 
@@ -26,6 +28,8 @@ def load_pretrained(auto_class, name_or_path, what, **kwargs):
     else:
         check_hub_model(str(name_or_path), what)
     try:
+        if hasattr(auto_class, "_model_mapping"):  # a model, not a config or tokenizer
+            return _load_model(auto_class, name_or_path, what, **kwargs)
         return auto_class.from_pretrained(name_or_path, **kwargs)
     except SafetensorError as err:
         weights = ", ".join(p.name for p in sorted(path.glob("*.safetensors"))) or "its weights"
@@ -45,6 +49,35 @@ def load_pretrained(auto_class, name_or_path, what, **kwargs):
         raise UserInputError(_missing_head(auto_class, name_or_path, what)) from None
     except (OSError, KeyError) as err:
         raise _cannot_load(what, name_or_path, err) from None
+
+
+def _load_model(auto_class, name_or_path, what, **kwargs):
+    """``from_pretrained`` with one line for each kind of weight that was not simply loaded, in place of
+    transformers' load report (a table, printed at every fine-tune for the new head)."""
+    modeling_logger = transformers_logging.get_logger("transformers.modeling_utils")
+    modeling_logger.addFilter(_without_load_report)  # not a level: transformers' other checks depend on it
+    try:
+        model, info = auto_class.from_pretrained(name_or_path, output_loading_info=True, **kwargs)
+    finally:
+        modeling_logger.removeFilter(_without_load_report)
+    if int(os.environ.get("RANK", "0")) == 0:
+        for keys, state in ((info["missing_keys"], "new weights, initialised randomly"),
+                            ([key for key, *_ in info["mismatched_keys"]], "weights re-initialised for their new sizes"),
+                            (info["unexpected_keys"], "weights of the checkpoint left unused")):
+            if keys:
+                print(f"{what} {Path(name_or_path).name}: {state}: {_module_names(keys)}")
+    return model
+
+
+def _without_load_report(record) -> bool:
+    return "LOAD REPORT" not in record.getMessage()
+
+
+def _module_names(keys, shown=6) -> str:
+    """``classifier.weight, classifier.bias`` -> ``classifier``: the modules, not each tensor."""
+    modules = sorted({key.rsplit(".", 1)[0] for key in keys})
+    more = f" and {len(modules) - shown} more" if len(modules) > shown else ""
+    return ", ".join(modules[:shown]) + more
 
 
 def _cannot_load(what, name_or_path, err) -> UserInputError:
