@@ -73,7 +73,7 @@ def tiny_classifier_dir(tmp_path_factory, english_tokenizer_dir):
 
 def run_cli(argv, capsys):
     """Run ``hf-plm-ext argv`` in-process; return ``(exit_code, stdout, stderr)``."""
-    from hf_plm_ext.cli.main import main
+    from hf_plm_ext_cli.main import main
 
     try:
         main([str(a) for a in argv])

@@ -142,7 +142,7 @@ def _start_pretraining(tmp_path, english_tokenizer_dir, output):
     argv = ["pretrain", "mlm", "--corpus", corpus, "--tokenizer", english_tokenizer_dir, "--output", output,
             "--max_steps", 100000, "--config_overrides", "hidden_size=32,num_hidden_layers=1,num_attention_heads=2,"
             "intermediate_size=37", "--save_strategy", "no", "--disable_tqdm", "true", "--report_to", "none"]
-    return subprocess.Popen([sys.executable, "-m", "hf_plm_ext.cli.main", *map(str, argv)], cwd=tmp_path, stdout=subprocess.DEVNULL,
+    return subprocess.Popen([sys.executable, "-m", "hf_plm_ext_cli", *map(str, argv)], cwd=tmp_path, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
 
 

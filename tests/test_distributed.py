@@ -21,7 +21,7 @@ COMMON = ["--max_steps", "3", "--per_device_train_batch_size", "4", "--disable_t
 
 
 def _launch(launcher, args, cwd, common=COMMON):
-    command = LAUNCHERS[launcher] + ["-m", "hf_plm_ext.cli.main", *map(str, args), *common]
+    command = LAUNCHERS[launcher] + ["-m", "hf_plm_ext_cli", *map(str, args), *common]
     return subprocess.run(command, capture_output=True, text=True, cwd=cwd, timeout=600,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
 
@@ -126,7 +126,7 @@ def test_transfo_xl_pretraining_on_two_processes_with_gradient_accumulation(tmp_
     assert results["final_eval_loss"] < results["initial_eval_loss"]
     # The final evaluation read 2 ranks x 3 streams with each rank's weights; the saved model reads the same 6
     # streams in one process. Equal only if both ranks trained one model (DDP), per predicted token.
-    evaluated = subprocess.run([sys.executable, "-m", "hf_plm_ext.cli.main", "eval", "lm", "--model", str(out),
+    evaluated = subprocess.run([sys.executable, "-m", "hf_plm_ext_cli", "eval", "lm", "--model", str(out),
                                 "--corpus", str(held_out), "--tgt-len", "32", "--batch-size", "6", "--output",
                                 str(tmp_path / "ppl.json")], capture_output=True, text=True, timeout=600)
     assert evaluated.returncode == 0, evaluated.stderr[-4000:]

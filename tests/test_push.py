@@ -32,7 +32,7 @@ def hub_env(double, token=TOKEN):
 
 
 def push(args, env):
-    return subprocess.run([sys.executable, "-m", "hf_plm_ext.cli.main", "push", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "hf_plm_ext_cli", "push", *map(str, args)],
                           capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -170,7 +170,7 @@ def test_model_push_to_hub_carries_the_family_code(hub):
 @pytest.fixture(scope="module")
 def lora_run_once(tmp_path_factory, tiny_classifier_dir, shared_data):
     """A LoRA adapter as ``finetune --peft-config`` leaves it: adapter weights, tokenizer, eval results."""
-    from hf_plm_ext.cli.main import main
+    from hf_plm_ext_cli.main import main
 
     folder = tmp_path_factory.mktemp("lora")
     (folder / "lora.json").write_text(json.dumps({"peft_type": "LORA", "r": 4, "target_modules": ["query", "value"]}))

@@ -20,10 +20,10 @@ class TransfoXLArguments(PretrainArguments):
                                                           "base (16 x 410, the paper's WikiText-103 base)"})
     validation_corpus: list[str] | None = field(default=None, metadata={
         "help": "held-out text files (default: the last --validation_fraction of the corpus)"})
-    tgt_len: int = field(default=128, metadata={"aliases": ["--tgt-len"], "help": "tokens per segment"})
+    tgt_len: int = field(default=128, metadata={"help": "tokens per segment"})
     mem_len: int | None = field(default=None, metadata={
-        "aliases": ["--mem-len"], "help": f"remembered tokens per layer (0: none; default: {FRESH_DEFAULTS['mem_len']} "
-                                          f"for a fresh model, the checkpoint's own with --model)"})
+        "help": f"remembered tokens per layer (0: none; default: {FRESH_DEFAULTS['mem_len']} for a fresh model, the "
+                f"checkpoint's own with --model)"})
     cutoffs: str | None = field(default=None, metadata={
         "help": "a fresh model's adaptive input/softmax cluster boundaries, e.g. '20000,40000' (default: plain "
                 "softmax)"})

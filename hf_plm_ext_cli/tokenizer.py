@@ -2,19 +2,19 @@
 
 import json
 
-from hf_plm_ext.data.tokenizer_training import KINDS, train_tokenizer
-from hf_plm_ext.files import check_new_output, staged_output
+NAME, HELP = "tokenizer", "train tokenizers"
+KINDS = ("wordpiece", "bpe", "wordlevel", "unigram", "words", "chars")  # hf_plm_ext.data.tokenizer_training's
 
 
-def add_to(commands):
-    tokenizer = commands.add_parser("tokenizer", help="train tokenizers")
+def add_to(tokenizer):
     actions = tokenizer.add_subparsers(dest="action", required=True, metavar="ACTION")
     train = actions.add_parser("train", help="train a tokenizer on text files; AutoTokenizer loads the output",
                                allow_abbrev=False)
     train.add_argument("--corpus", nargs="+", required=True, metavar="FILE", help="UTF-8 text files")
-    train.add_argument("--kind", choices=KINDS, default="wordpiece")
-    train.add_argument("--vocab-size", type=int, default=8000)
-    train.add_argument("--min-frequency", type=int, default=2)
+    train.add_argument("--kind", choices=KINDS, default="wordpiece",
+                       help="words and chars: for Transformer-XL language models (default: wordpiece)")
+    train.add_argument("--vocab-size", type=int, default=8000, help="tokens in the vocabulary, the special ones included (default: 8000)")
+    train.add_argument("--min-frequency", type=int, default=2, help="fewest occurrences of a token kept (default: 2)")
     train.add_argument("--no-lowercase", dest="lowercase", action="store_false",
                        help="keep case and accents (default: lower-case and strip accents, like BERT uncased)")
     train.add_argument("--model-max-length", type=int, help="longest input the tokenizer accepts without a warning "
@@ -24,6 +24,9 @@ def add_to(commands):
 
 
 def run_train(args):
+    from hf_plm_ext.data.tokenizer_training import train_tokenizer
+    from hf_plm_ext.files import check_new_output, staged_output
+
     check_new_output(args.output)
     tok = train_tokenizer(args.corpus, args.kind, args.vocab_size, args.min_frequency, args.lowercase,
                           args.model_max_length)

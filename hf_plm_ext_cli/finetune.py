@@ -1,16 +1,16 @@
 """``hf-plm-ext finetune glue|clue``."""
 
-from transformers import HfArgumentParser, TrainingArguments
+from hf_plm_ext_cli.arguments import add_training_command, dataclasses_from
 
-from hf_plm_ext.cli.main import add_training_command, dataclasses_from
-from hf_plm_ext.eval.results import results_table
-from hf_plm_ext.eval.runner import FinetuneArguments, finetune
-from hf_plm_ext.eval.tasks import TASKS
-from hf_plm_ext.files import check_new_output
+NAME, HELP = "finetune", "fine-tune and evaluate on GLUE or CLUE"
 
 
-def add_to(commands):
-    finetune_parser = commands.add_parser("finetune", help="fine-tune and evaluate on GLUE or CLUE")
+def add_to(finetune_parser):
+    from transformers import HfArgumentParser, TrainingArguments
+
+    from hf_plm_ext.eval.runner import FinetuneArguments
+    from hf_plm_ext.eval.tasks import TASKS
+
     benchmarks = finetune_parser.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK",
                                                 parser_class=HfArgumentParser)
     for benchmark, tasks in TASKS.items():
@@ -23,6 +23,10 @@ def add_to(commands):
 
 
 def run(args):
+    from hf_plm_ext.eval.results import results_table
+    from hf_plm_ext.eval.runner import finetune
+    from hf_plm_ext.files import check_new_output
+
     finetune_args, training_args = dataclasses_from(args)
     check_new_output(finetune_args.output)
     results = finetune(args.benchmark_name, finetune_args, training_args)

@@ -1,11 +1,9 @@
 """``hf-plm-ext push DIR --repo-id ID``: a checkpoint folder to a Hub repository, with code and card."""
 
-from hf_plm_ext.hub.push import push_checkpoint
+NAME, HELP = "push", "push a checkpoint folder (weights, code, tokenizer, card, results) to a Hub repository"
 
 
-def add_to(commands):
-    push = commands.add_parser("push", help="push a checkpoint folder (weights, code, tokenizer, card, results) to "
-                                            "a Hub repository", allow_abbrev=False)
+def add_to(push):
     push.add_argument("directory", metavar="DIR", help="a folder written by hf-plm-ext (or any save_pretrained); "
                                                        "a PEFT adapter folder is pushed adapter-only")
     push.add_argument("--repo-id", required=True, help="namespace/name; created if it does not exist")
@@ -22,6 +20,8 @@ def add_to(commands):
 
 
 def run(args):
+    from hf_plm_ext.hub.push import push_checkpoint
+
     commit = push_checkpoint(args.directory, args.repo_id, private=args.private, revision=args.revision,
                              create_pr=args.create_pr, language=args.language, license=args.license,
                              base_model=args.base_model, datasets=args.datasets)

@@ -3,16 +3,10 @@
 import argparse
 import json
 
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
-from hf_plm_ext.eval.language_model import evaluate_language_model
-from hf_plm_ext.files import check_new_file, write_new_file
-from hf_plm_ext.training.checks import check_tokenizer_fits, load_pretrained
+NAME, HELP = "eval", "evaluate a model"
 
 
-def add_to(commands):
-    evaluate = commands.add_parser("eval", help="evaluate a model")
+def add_to(evaluate):
     kinds = evaluate.add_subparsers(dest="kind", required=True, metavar="KIND")
     lm = kinds.add_parser("lm", help="perplexity (and bits per character) of a transfo-xl model on a text file, "
                                      "every token counted once, memory carried across segments",
@@ -20,17 +14,25 @@ def add_to(commands):
     lm.add_argument("--model", required=True, metavar="DIR")
     lm.add_argument("--tokenizer", metavar="DIR", help="default: the model's folder")
     lm.add_argument("--corpus", nargs="+", required=True, metavar="FILE", help="UTF-8 text files")
-    lm.add_argument("--tgt-len", type=int, default=128, help="tokens per segment")
+    lm.add_argument("--tgt-len", type=int, default=128, help="tokens per segment (default: 128)")
     lm.add_argument("--mem-len", type=int, help="remembered tokens per layer (default: the model's)")
     lm.add_argument("--clamp-len", type=int, help="clamp relative distances (default: the model's; <= 0: none)")
     lm.add_argument("--same-length", action=argparse.BooleanOptionalAction, help="every query sees as many keys "
                                                                   "(default: the model's)")
-    lm.add_argument("--batch-size", type=int, default=1, help="parallel streams (1: the text read once in order)")
+    lm.add_argument("--batch-size", type=int, default=1, help="parallel streams (default 1: the text read once, in "
+                                                                "order)")
     lm.add_argument("--output", metavar="FILE", help="also write the results as JSON (a new file)")
     lm.set_defaults(handler=run_lm)
 
 
 def run_lm(args):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hf_plm_ext.eval.language_model import evaluate_language_model
+    from hf_plm_ext.files import check_new_file, write_new_file
+    from hf_plm_ext.training.checks import check_tokenizer_fits, load_pretrained
+
     if args.output:
         check_new_file(args.output)  # refused before the (long) evaluation, like every --output
     model = load_pretrained(AutoModelForCausalLM, args.model, "model")

@@ -1,4 +1,4 @@
-"""``hf-plm-ext demo``: the whole pipeline on data shipped with the package, in a few CPU minutes.
+"""``hf-plm-ext demo``'s pipeline on data shipped with the package, in a few CPU minutes.
 
 train a tokenizer -> pre-train a tiny encoder -> fine-tune and evaluate on SST-2 (sample) ->
 save with its code -> reload with ``AutoModel`` in a fresh process that cannot import hf_plm_ext.
@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from importlib.resources import files
 from pathlib import Path
@@ -21,6 +22,7 @@ from transformers import AutoModelForCausalLM, AutoModelForSequenceClassificatio
 
 from hf_plm_ext.data.tokenizer_training import train_tokenizer
 from hf_plm_ext.eval.language_model import evaluate_language_model
+from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.eval.runner import FinetuneArguments, finetune
 from hf_plm_ext.files import check_new_output
 from hf_plm_ext.training.objectives import OBJECTIVES
@@ -59,15 +61,13 @@ print("RESULT " + json.dumps({"class": f"{type(model).__module__}.{type(model)._
 """
 
 
-def add_to(commands):
-    demo = commands.add_parser("demo", help="run the whole pipeline on the embedded sample data",
-                               description=__doc__.splitlines()[0], allow_abbrev=False)
-    demo.add_argument("--output", metavar="DIR", help="new directory (default: runs/demo-<time>)")
-    demo.add_argument("--objective", choices=list(OBJECTIVES), default="mlm")
-    demo.add_argument("--pretrain-steps", type=int, default=400)
-    demo.add_argument("--finetune-epochs", type=float, default=4.0)
-    demo.add_argument("--seed", type=int, default=42)
-    demo.set_defaults(handler=run)
+@dataclass
+class DemoArguments:
+    output: str | None = None  # new directory (default: runs/demo-<time>)
+    objective: str = "mlm"  # a row of OBJECTIVES
+    pretrain_steps: int = 400
+    finetune_epochs: float = 4.0
+    seed: int = 42
 
 
 def _training_args(seed, **kwargs):
@@ -95,7 +95,10 @@ def reload_in_fresh_process(model_dir, inputs, script=RELOAD_SCRIPT):
     return json.loads(result[-1][len("RESULT "):])
 
 
-def run(args):
+def run_demo(args: DemoArguments):
+    """Run the demo into ``args.output``; print each step and write ``demo_results.md`` there."""
+    if args.objective not in OBJECTIVES:
+        raise UserInputError(f"unknown objective {args.objective!r}; choose one of {', '.join(OBJECTIVES)}")
     out = check_new_output(args.output or Path("runs") / f"demo-{datetime.now():%Y%m%d-%H%M%S}")
     out.mkdir(parents=True)
     objective = OBJECTIVES[args.objective]

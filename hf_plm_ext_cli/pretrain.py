@@ -1,15 +1,15 @@
 """``hf-plm-ext pretrain OBJECTIVE``: one sub-command per row of the objective table, each with its own flags."""
 
-from transformers import HfArgumentParser, TrainingArguments
+from hf_plm_ext_cli.arguments import add_training_command, dataclasses_from
 
-from hf_plm_ext.cli.main import add_training_command, dataclasses_from
-from hf_plm_ext.files import check_new_output
-from hf_plm_ext.training.objectives import OBJECTIVES
-from hf_plm_ext.training.pretrain import pretrain
+NAME, HELP = "pretrain", "pre-train a model from raw text"
 
 
-def add_to(commands):
-    pretrain_parser = commands.add_parser("pretrain", help="pre-train a model from raw text")
+def add_to(pretrain_parser):
+    from transformers import HfArgumentParser, TrainingArguments
+
+    from hf_plm_ext.training.objectives import OBJECTIVES
+
     objectives = pretrain_parser.add_subparsers(dest="objective_command", required=True, metavar="OBJECTIVE",
                                                 parser_class=HfArgumentParser)
     parsers = {name: add_training_command(objectives, name, objective.help,
@@ -33,6 +33,9 @@ def _foreign_flags(objective, extras, flags) -> str:
 
 
 def run(args):
+    from hf_plm_ext.files import check_new_output
+    from hf_plm_ext.training.pretrain import pretrain
+
     pretrain_args, training_args = dataclasses_from(args)
     check_new_output(pretrain_args.output)
     results = pretrain(pretrain_args, training_args)

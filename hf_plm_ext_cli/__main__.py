@@ -1,0 +1,3 @@
+from hf_plm_ext_cli.main import main
+
+main()

@@ -1,0 +1,51 @@
+"""What the training sub-commands share: ``HfArgumentParser`` over a dataclass plus ``TrainingArguments``."""
+
+import argparse
+import dataclasses
+import os
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows a flag's default unless it is None or its help already says it (HfArgumentParser's default
+    formatter wrote "(default: plain softmax) (default: None)")."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, argparse.SUPPRESS) or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def has_accelerator() -> bool:
+    import torch
+
+    accelerator = getattr(torch, "accelerator", None)
+    return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
+
+
+def add_training_command(subparsers, name, help, dataclass_types, handler, **defaults):
+    """A sub-command whose options are the fields of ``dataclass_types`` (``TrainingArguments`` included)."""
+    parser = subparsers.add_parser(name, help=help, description=help, dataclass_types=dataclass_types,
+                                   allow_abbrev=False, formatter_class=HelpFormatter)
+    # On a machine without an accelerator, `torchrun` only gets gloo data parallelism with use_cpu=True;
+    # otherwise every rank would silently train its own copy.
+    parser.set_defaults(handler=handler, dataclass_types=dataclass_types, use_cpu=not has_accelerator(), **defaults)
+    return parser
+
+
+def dataclasses_from(namespace):
+    """Build each of the command's dataclasses from the parsed namespace (``HfArgumentParser``'s rule)."""
+    from hf_plm_ext.errors import UserInputError
+
+    values = vars(namespace)
+    if values.get("output_dir") is not None:
+        raise UserInputError("give the output folder with --output (--output_dir is managed by hf-plm-ext)")
+    if values.get("use_cpu") and (values.get("fsdp") or os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true"):
+        # accelerate 1.15 shards only on accelerators (AcceleratorState: FSDP for MULTI_GPU and its kind, not
+        # MULTI_CPU); on the CPU the same run trains as plain DDP, with no warning
+        raise UserInputError("FSDP needs GPUs (or another accelerator): on the CPU accelerate would train with plain "
+                             "DDP instead; drop --fsdp (or the FSDP accelerate config), or run where there is one")
+    instances = []
+    for dataclass_type in namespace.dataclass_types:
+        names = {f.name for f in dataclasses.fields(dataclass_type) if f.init}
+        instances.append(dataclass_type(**{k: v for k, v in values.items() if k in names}))
+    return instances

@@ -1,0 +1,20 @@
+"""``hf-plm-ext demo``: the whole pipeline on data shipped with the package, in a few CPU minutes
+(``hf_plm_ext.demo``)."""
+
+NAME, HELP = "demo", "run the whole pipeline on the embedded sample data"
+
+
+def add_to(demo):
+    demo.add_argument("--output", metavar="DIR", help="new directory (default: runs/demo-<time>)")
+    demo.add_argument("--objective", default="mlm", help="an objective of `hf-plm-ext pretrain`; a language "
+                                                         "model's demo skips SST-2 (default: mlm)")
+    demo.add_argument("--pretrain-steps", type=int, default=400, help="pre-training steps (default: 400)")
+    demo.add_argument("--finetune-epochs", type=float, default=4.0, help="SST-2 epochs (default: 4)")
+    demo.add_argument("--seed", type=int, default=42, help="random seed (default: 42)")
+    demo.set_defaults(handler=run)
+
+
+def run(args):
+    from hf_plm_ext.demo import DemoArguments, run_demo
+
+    run_demo(DemoArguments(args.output, args.objective, args.pretrain_steps, args.finetune_epochs, args.seed))

@@ -1,0 +1,73 @@
+"""``hf-plm-ext``: one console script, argparse sub-commands.
+
+A package of its own, beside ``hf_plm_ext``: importing ``hf_plm_ext`` registers its families with transformers'
+Auto classes, which imports torch and transformers' models (seconds). Here only the sub-command that runs is
+built in full, and the library is imported when a command runs, so ``--help`` and usage errors answer at once
+(except the training commands': their flags are ``TrainingArguments``' fields). Training sub-commands parse
+their own dataclass plus ``TrainingArguments`` with ``HfArgumentParser``, as transformers' example scripts do.
+"""
+
+import argparse
+import signal
+import sys
+
+from hf_plm_ext_cli import demo, evaluate, export, finetune, pretrain, push, tokenizer
+
+COMMANDS = (tokenizer, pretrain, finetune, evaluate, export, push, demo)
+DESCRIPTION = ("Post-BERT pre-training ideas as Hugging Face transformers families: train tokenizers, pre-train "
+               "(`hf-plm-ext pretrain --help` lists the objectives), fine-tune on GLUE/CLUE, evaluate, export and "
+               "push to a Hub.")
+
+
+def build_parser(argv=()):
+    """The parser, with the sub-commands of the command named in ``argv`` in full and every other command as
+    its name and help line."""
+    parser = argparse.ArgumentParser(prog="hf-plm-ext", description=DESCRIPTION, allow_abbrev=False)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    chosen = next((arg for arg in argv if not arg.startswith("-")), None)
+    for command in COMMANDS:
+        if command.NAME == chosen:
+            command.add_to(commands.add_parser(command.NAME, help=command.HELP, description=command.HELP,
+                                               allow_abbrev=False))
+        else:
+            commands.add_parser(command.NAME, help=command.HELP)
+    return parser
+
+
+def main(argv=None):
+    # `kill`, a scheduler's stop, torchrun ending the other ranks: exit as on an error, so that what a command
+    # stages is removed (Python's default for SIGTERM ends the process at once)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
+    args, unrecognized = parser.parse_known_args(argv)
+    if unrecognized:
+        explain = getattr(args, "explain_unrecognized", None)
+        parser.error(explain(unrecognized) if explain else f"unrecognized arguments: {' '.join(unrecognized)}")
+    from hf_plm_ext.errors import UserInputError  # the library, and so torch and transformers, from here on
+
+    try:
+        args.handler(args)
+    except UserInputError as err:
+        print(f"hf-plm-ext: error: {err}", file=sys.stderr)
+        sys.exit(2)
+    _leave_process_group()
+
+
+def _exit_on_sigterm(signum, frame):
+    sys.exit(128 + signum)
+
+
+def _leave_process_group():
+    """Under torchrun, every rank that finished waits for the others and closes the group before exiting: a rank
+    that exited with the group open while another still wrote aborted now and then ("terminate called without an
+    active exception", SIGABRT)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""The console script itself: help that answers without the library, and help text without noise (issue 20)."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from hf_plm_ext_cli import main as cli_main
+from hf_plm_ext_cli import tokenizer as cli_tokenizer
+
+LIGHT_HELP = [["--help"], ["tokenizer", "train", "--help"], ["eval", "lm", "--help"], ["export", "electra", "--help"],
+              ["push", "--help"], ["demo", "--help"], ["no-such-command"], ["tokenizer", "train"]]
+
+PROBE = """
+import json, sys
+from hf_plm_ext_cli.main import main
+try:
+    main(json.loads(sys.argv[1]))
+except SystemExit:
+    pass
+heavy = sorted(name for name in ("torch", "transformers", "hf_plm_ext") if name in sys.modules)
+print("HEAVY " + json.dumps(heavy))
+"""
+
+
+@pytest.mark.parametrize("argv", LIGHT_HELP, ids=[" ".join(a) for a in LIGHT_HELP])
+def test_help_and_usage_errors_do_not_import_the_library_torch_or_transformers(argv):
+    completed = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argv)], capture_output=True, text=True,
+                               timeout=120)
+    heavy = json.loads(completed.stdout.rsplit("HEAVY ", 1)[1])
+    assert heavy == []
+
+
+def test_the_tokenizer_kinds_of_the_command_are_the_library_s():
+    from hf_plm_ext.data.tokenizer_training import KINDS
+
+    assert cli_tokenizer.KINDS == KINDS
+
+
+def _help_of(argv, capsys) -> str:
+    with pytest.raises(SystemExit):
+        cli_main.main([*argv, "--help"])
+    return capsys.readouterr().out
+
+
+def _training_commands():
+    from hf_plm_ext.eval.tasks import TASKS
+    from hf_plm_ext.training.objectives import OBJECTIVES
+
+    return [["pretrain", name] for name in OBJECTIVES] + [["finetune", name] for name in TASKS]
+
+
+def test_training_help_names_each_flag_once_and_no_default_twice_or_none(capsys):
+    for argv in _training_commands():
+        text = _help_of(argv, capsys)
+        options = re.findall(r"^  (--\S+(?:, --\S+)*)", text, flags=re.MULTILINE)
+        for line in options:
+            names = [part.split()[0] for part in line.split(", ")]
+            assert len(names) == len(set(names)), (argv, line)  # was "--tgt_len, --tgt-len, --tgt-len"
+        flat = " ".join(text.split())
+        assert "(default: None)" not in flat, argv
+        assert not re.search(r"\(default: [^)]*\) \(default:", flat), argv  # "(default: plain softmax) (default: None)"
+
+
+def test_the_top_level_help_reads_as_text_not_a_docstring(capsys):
+    text = _help_of([], capsys)
+    assert "``" not in text and "hf-plm-ext" in text
+    for command in cli_main.COMMANDS:
+        assert command.NAME in text
+
+
+def test_a_sub_command_names_its_objective_no_flag_switches_it(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        cli_main.main(["pretrain", "mlm", "--objective", "macbert", "--corpus", "x", "--tokenizer", "y",
+                       "--output", "z"])
+    assert stopped.value.code == 2 and "--objective" in capsys.readouterr().err
