@@ -22,7 +22,12 @@ from hf_plm_ext.eval.language_model import evaluate_language_model, stream_perpl
 from hf_plm_ext.eval.runner import FinetuneArguments, finetune  # noqa: E402
 from hf_plm_ext.hub.cards import render_card  # noqa: E402
 from hf_plm_ext.hub.push import push_checkpoint  # noqa: E402
-from hf_plm_ext.modeling.electra_rtd import ElectraForRTDPreTraining, ElectraRTDConfig  # noqa: E402
+from hf_plm_ext.modeling.electra_rtd import (  # noqa: E402
+    ElectraForRTDPreTraining,
+    ElectraRTDConfig,
+    ElectraRTDForSequenceClassification,
+    ElectraRTDModel,
+)
 from hf_plm_ext.modeling.macbert import (  # noqa: E402
     MacBertConfig,
     MacBertForMaskedLM,
@@ -51,7 +56,7 @@ __all__ = [
     "FAMILIES", "register_families",
     "MacBertConfig", "MacBertModel", "MacBertForMaskedLM", "MacBertForPreTraining", "MacBertForSequenceClassification",
     "MacBertForTokenClassification", "MacBertForQuestionAnswering",
-    "ElectraRTDConfig", "ElectraForRTDPreTraining",
+    "ElectraRTDConfig", "ElectraForRTDPreTraining", "ElectraRTDModel", "ElectraRTDForSequenceClassification",
     "TransfoXLConfig", "TransfoXLModel", "TransfoXLLMHeadModel", "TransfoXLForSequenceClassification",
     # data: collators and example builders
     "DataCollatorForCorrectionMasking", "SpecialTokensMaskCollator", "add_word_ids", "jieba_spans",

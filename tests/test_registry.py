@@ -66,3 +66,31 @@ def test_the_public_api_is_at_the_top_level_and_in_the_readme():
     missing = [name for name in hf_plm_ext.__all__ if f"`{name}`" not in api]
     assert missing == [], f"public names the README's Python API section does not list: {missing}"
     assert all(getattr(hf_plm_ext, name) is not None for name in hf_plm_ext.__all__)
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_the_readme_lists_every_family_s_auto_classes():
+    readme = README.read_text()
+    table = readme[readme.index("| `model_type` | Auto class | model class |"):]
+    rows = [line for line in table.split("\n\n", 1)[0].splitlines()[2:]]
+    assert rows == [f"| `{config.model_type}` | `{auto}` | `{model.__name__}` |"
+                    for config, models in FAMILIES.items() for auto, model in models.items()]
+
+
+def test_the_readme_use_it_snippets_run_and_the_folder_loads_without_hf_plm_ext(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import fresh_python
+
+    section = README.read_text().split("## Use it", 1)[1]
+    make, load = [block.split("\n", 1)[1] for block in section.split("```python")[1:3]]
+    load = load.split("```", 1)[0]
+    made = subprocess.run([sys.executable, "-c", make.split("```", 1)[0]], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert made.returncode == 0, made.stderr[-3000:]
+    loaded = fresh_python(load + "\nprint('LOADED', type(model).__name__, len(tokenizer))", cwd=tmp_path)
+    assert loaded.returncode == 0, loaded.stderr[-3000:]  # was: the folder had no tokenizer
+    assert "LOADED MacBertModel" in loaded.stdout
