@@ -202,7 +202,7 @@ def test_finetune_says_in_one_line_which_weights_are_new(tmp_path, tiny_classifi
     code, stdout, stderr = run_cli(["finetune", "glue", *SST2, "--model", minilm_dir, "--data-dir",
                                     shared_data / "glue/SST-2", "--output", tmp_path / "out"], capsys)
     assert code == 0, stderr[-2000:]
-    assert f"model {minilm_dir.name}: new weights, initialised randomly: classifier\n" in stdout
+    assert f"model {minilm_dir.resolve()}: new weights, initialised randomly: classifier\n" in stdout
     assert "LOAD REPORT" not in stderr and "MISSING" not in stderr
 
 

@@ -65,7 +65,7 @@ def _load_model(auto_class, name_or_path, what, **kwargs):
                             ([key for key, *_ in info["mismatched_keys"]], "weights re-initialised for their new sizes"),
                             (info["unexpected_keys"], "weights of the checkpoint left unused")):
             if keys:
-                print(f"{what} {Path(name_or_path).name}: {state}: {_module_names(keys)}")
+                print(f"{what} {name_or_path}: {state}: {_module_names(keys)}")
     return model
 
 
