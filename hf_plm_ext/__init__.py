@@ -37,6 +37,13 @@ from hf_plm_ext.modeling.macbert import (  # noqa: E402
     MacBertForTokenClassification,
     MacBertModel,
 )
+from hf_plm_ext.modeling.rev_lsh import (  # noqa: E402
+    RevLSHConfig,
+    RevLSHForCausalLM,
+    RevLSHForMaskedLM,
+    RevLSHForSequenceClassification,
+    RevLSHModel,
+)
 from hf_plm_ext.modeling.transfo_xl import (  # noqa: E402
     TransfoXLConfig,
     TransfoXLForSequenceClassification,
@@ -58,6 +65,7 @@ __all__ = [
     "MacBertForTokenClassification", "MacBertForQuestionAnswering",
     "ElectraRTDConfig", "ElectraForRTDPreTraining", "ElectraRTDModel", "ElectraRTDForSequenceClassification",
     "TransfoXLConfig", "TransfoXLModel", "TransfoXLLMHeadModel", "TransfoXLForSequenceClassification",
+    "RevLSHConfig", "RevLSHModel", "RevLSHForMaskedLM", "RevLSHForCausalLM", "RevLSHForSequenceClassification",
     # data: collators and example builders
     "DataCollatorForCorrectionMasking", "SpecialTokensMaskCollator", "add_word_ids", "jieba_spans",
     "build_sop_pairs", "token_blocks", "StreamSegments", "tokenize_stream", "load_similar_words", "SynonymTable",

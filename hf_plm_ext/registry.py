@@ -22,6 +22,13 @@ from hf_plm_ext.modeling.macbert import (
     MacBertForTokenClassification,
     MacBertModel,
 )
+from hf_plm_ext.modeling.rev_lsh import (
+    RevLSHConfig,
+    RevLSHForCausalLM,
+    RevLSHForMaskedLM,
+    RevLSHForSequenceClassification,
+    RevLSHModel,
+)
 from hf_plm_ext.modeling.transfo_xl import (
     TransfoXLConfig,
     TransfoXLForSequenceClassification,
@@ -47,6 +54,12 @@ FAMILIES = {
         "AutoModel": TransfoXLModel,
         "AutoModelForCausalLM": TransfoXLLMHeadModel,
         "AutoModelForSequenceClassification": TransfoXLForSequenceClassification,
+    },
+    RevLSHConfig: {
+        "AutoModel": RevLSHModel,
+        "AutoModelForMaskedLM": RevLSHForMaskedLM,
+        "AutoModelForCausalLM": RevLSHForCausalLM,  # needs is_decoder=True
+        "AutoModelForSequenceClassification": RevLSHForSequenceClassification,
     },
 }
 

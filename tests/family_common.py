@@ -7,7 +7,7 @@ Every config here is tiny (hidden sizes 16-128, two layers): the default test ru
 
 import torch
 
-from hf_plm_ext import FAMILIES, ElectraRTDConfig, MacBertConfig, TransfoXLConfig
+from hf_plm_ext import FAMILIES, ElectraRTDConfig, MacBertConfig, RevLSHConfig, TransfoXLConfig
 
 VOCAB = 99
 
@@ -31,12 +31,27 @@ def tiny_transfo_xl_adaptive(**overrides):
     return tiny_transfo_xl(**{**dict(adaptive=True, cutoffs=[30, 60], div_val=2, d_embed=16), **overrides})
 
 
+def tiny_rev_lsh(**overrides):
+    """Chunks of 4 so that the tester's 7-token inputs are padded, chunked and hashed; every layer kind."""
+    return RevLSHConfig.from_size("tiny", **{**dict(vocab_size=VOCAB, attn_layers=["local", "lsh", "full"],
+                                                    lsh_attn_chunk_length=4, local_attn_chunk_length=4,
+                                                    num_hashes=2, hash_seed=0, max_position_embeddings=64,
+                                                    hidden_dropout_prob=0.0, local_attention_probs_dropout_prob=0.0,
+                                                    full_attention_probs_dropout_prob=0.0), **overrides})
+
+
+def tiny_rev_lsh_plain(**overrides):
+    return tiny_rev_lsh(**{**dict(reversible=False), **overrides})
+
+
 # name -> a tiny config of that family (a variant's name says how it differs)
 TINY_CONFIGS = {
     "macbert": tiny_macbert,
     "electra-rtd": tiny_electra_rtd,
     "transfo-xl": tiny_transfo_xl,
     "transfo-xl-adaptive": tiny_transfo_xl_adaptive,
+    "rev-lsh": tiny_rev_lsh,
+    "rev-lsh-plain": tiny_rev_lsh_plain,
 }
 
 

@@ -1,0 +1,15 @@
+from .attention_rev_lsh import FullSelfAttention, LocalSelfAttention, LSHSelfAttention
+from .configuration_rev_lsh import RevLSHConfig
+from .modeling_rev_lsh import (
+    ReversibleFunction,
+    RevLSHForCausalLM,
+    RevLSHForMaskedLM,
+    RevLSHForSequenceClassification,
+    RevLSHModel,
+    RevLSHModelOutput,
+    RevLSHPreTrainedModel,
+)
+
+__all__ = ["RevLSHConfig", "RevLSHModel", "RevLSHForMaskedLM", "RevLSHForCausalLM", "RevLSHForSequenceClassification",
+           "RevLSHPreTrainedModel", "RevLSHModelOutput",
+           "LSHSelfAttention", "LocalSelfAttention", "FullSelfAttention", "ReversibleFunction"]

@@ -1,0 +1,320 @@
+"""The attention layers of the ``rev-lsh`` family, usable on their own: LSH, local (chunked) and full attention.
+
+Each takes ``hidden_states`` ``[batch, seq, hidden]`` and an optional ``attention_mask`` ``[batch, seq]`` (1 = a
+token, 0 = padding) and returns ``[batch, seq, heads * head_size]``. Any ``seq`` works: a layer pads to its chunk
+length inside, masks the padding and cuts it from its output.
+
+The arithmetic is transformers' ``ReformerModel``'s (itself trax's), so converted Reformer checkpoints give the
+same outputs: LSH attention shares one projection for queries and keys, normalises the keys, hashes them with a
+fresh random rotation per round (``argmax([xR; -xR])``), sorts by (round, bucket, position), attends within
+chunks and ``chunks_before`` / ``chunks_after`` neighbours (circularly, as the reference does), forbids a token
+to attend to itself unless nothing else is left, and combines the rounds by their log-sum-exp. Local attention
+is the same chunking by position with separate query / key / value projections.
+"""
+
+import math
+
+import torch
+from torch import nn
+
+SELF_MASK_VALUE = {torch.float16: -1e3}  # a token attends to itself only when nothing else is left
+MASK_VALUE = {torch.float16: -1e4}  # padding and the future; far below any score, within fp16's range
+
+
+def self_mask_value(dtype) -> float:
+    return SELF_MASK_VALUE.get(dtype, -1e5)
+
+
+def mask_value(dtype) -> float:
+    return MASK_VALUE.get(dtype, -1e9)
+
+
+def split_heads(x, heads):
+    """``[batch, seq, heads * d]`` -> ``[batch, heads, seq, d]``."""
+    batch, seq, _ = x.shape
+    return x.view(batch, seq, heads, -1).transpose(1, 2)
+
+
+def merge_heads(x):
+    """``[batch, heads, seq, d]`` -> ``[batch, seq, heads * d]``."""
+    batch, heads, seq, d = x.shape
+    return x.transpose(1, 2).reshape(batch, seq, heads * d)
+
+
+def into_chunks(x, chunk_length):
+    """``[batch, heads, seq, ...]`` -> ``[batch, heads, seq // chunk_length, chunk_length, ...]``."""
+    return x.reshape(*x.shape[:2], -1, chunk_length, *x.shape[3:])
+
+
+def look_adjacent(chunks, before, after):
+    """Each chunk followed by its neighbours: ``[batch, heads, n_chunks, chunk, ...]`` ->
+    ``[batch, heads, n_chunks, chunk * (1 + before + after), ...]``; the first chunk's "before" is the last
+    (circular, as trax and transformers do; a causal mask removes it where it is the future)."""
+    if before == 0 and after == 0:
+        return chunks
+    neighbours = [chunks if shift == 0 else torch.cat([chunks[:, :, shift:], chunks[:, :, :shift]], dim=2)
+                  for shift in range(-before, after + 1)]
+    return torch.cat(neighbours, dim=3)
+
+
+def pad_to_multiple(hidden_states, attention_mask, multiple):
+    """``(hidden_states, attention_mask, original length)``, padded at the end to a multiple of ``multiple``
+    (the padding masked: a mask is made where there was none)."""
+    length = hidden_states.shape[1]
+    missing = -length % multiple
+    if missing == 0:
+        return hidden_states, attention_mask, length
+    if attention_mask is None:
+        attention_mask = hidden_states.new_ones(hidden_states.shape[:2], dtype=torch.long)
+    hidden_states = nn.functional.pad(hidden_states, (0, 0, 0, missing))
+    attention_mask = nn.functional.pad(attention_mask, (0, missing))
+    return hidden_states, attention_mask, length
+
+
+def check_attention_mask(attention_mask, hidden_states):
+    if attention_mask is not None and attention_mask.shape != hidden_states.shape[:2]:
+        raise ValueError(f"attention_mask must be [batch, seq] = {list(hidden_states.shape[:2])}, got "
+                         f"{list(attention_mask.shape)}")
+
+
+def auto_num_buckets(seq_length, chunk_length, max_position_embeddings):
+    """transformers' choice when ``num_buckets`` is not given: the power of two nearest below 2 * seq / chunk,
+    factorised in two when it exceeds ``2 * max(sqrt(max_positions / chunk), chunk)``."""
+    exponent = (2 * (seq_length // chunk_length)).bit_length() - 1
+    num_buckets = 2 ** exponent
+    if num_buckets > 2 * max(int((max_position_embeddings // chunk_length) ** 0.5), chunk_length):
+        return [2 ** (exponent // 2), 2 ** (exponent - exponent // 2)]
+    return num_buckets
+
+
+def attend(queries, keys, values, query_positions, key_positions, key_mask, causal, dropout, training,
+           mask_self=True):
+    """Scores, masks, softmax and the weighted values, over the last two dims.
+
+    queries ``[..., q, d]``, keys / values ``[..., k, d]``; positions ``[..., q]`` / ``[..., k]`` (long);
+    key_mask ``[..., k]`` (bool, True = a token) or None. Returns ``(out [..., q, d], logsumexp [..., q],
+    probabilities [..., q, k])``.
+    """
+    scores = queries @ keys.transpose(-1, -2)
+    allowed = None
+    if key_mask is not None:
+        allowed = key_mask.unsqueeze(-2).expand(scores.shape)
+    if causal:
+        not_future = query_positions.unsqueeze(-1) >= key_positions.unsqueeze(-2)
+        allowed = not_future if allowed is None else allowed & not_future
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, mask_value(scores.dtype))
+    if mask_self:
+        itself = query_positions.unsqueeze(-1) == key_positions.unsqueeze(-2)
+        scores = scores.masked_fill(itself, self_mask_value(scores.dtype))
+    logsumexp = scores.logsumexp(dim=-1, keepdim=True)
+    probs = nn.functional.dropout(torch.exp(scores - logsumexp), p=dropout, training=training)
+    return probs @ values, logsumexp.squeeze(-1), probs
+
+
+class LSHSelfAttention(nn.Module):
+    """Locality-sensitive-hashing attention (Kitaev et al., 2020) with shared queries and keys.
+
+    Args:
+        hidden_size: input width. num_heads, head_size: the attention's heads.
+        chunk_length: tokens per chunk of the sorted sequence; a sequence no longer than this attends fully.
+        num_hashes: hash rounds (more: closer to full attention, slower).
+        num_buckets: an even number, or a list of even factors (factorised hashing: their product); None: chosen
+            from each input's length (see :func:`auto_num_buckets`).
+        chunks_before, chunks_after: neighbouring chunks each chunk also attends to.
+        causal: a query never sees a later position.
+        dropout: on the attention probabilities.
+        hash_seed: rotations drawn from this seed on every call (the same buckets each time; for evaluation and
+            converted checkpoints); None: fresh rotations each call from torch's RNG.
+        max_position_embeddings: bounds the automatic bucket count, as in transformers.
+    """
+
+    def __init__(self, hidden_size, num_heads, head_size, chunk_length=64, num_hashes=1, num_buckets=None,
+                 chunks_before=1, chunks_after=0, causal=False, dropout=0.0, hash_seed=None,
+                 max_position_embeddings=4096):
+        super().__init__()
+        for factor in [num_buckets] if isinstance(num_buckets, int) else (num_buckets or []):
+            if factor < 2 or factor % 2:
+                raise ValueError(f"num_buckets must be even (a list: of even factors), got {num_buckets!r}")
+        if chunk_length < 1:
+            raise ValueError(f"lsh chunk_length must be at least 1, got {chunk_length}")
+        self.num_heads, self.head_size, self.chunk_length = num_heads, head_size, chunk_length
+        self.num_hashes, self.num_buckets, self.hash_seed = num_hashes, num_buckets, hash_seed
+        self.chunks_before, self.chunks_after, self.causal, self.dropout = chunks_before, chunks_after, causal, dropout
+        self.max_position_embeddings = max_position_embeddings
+        self.query_key = nn.Linear(hidden_size, num_heads * head_size, bias=False)
+        self.value = nn.Linear(hidden_size, num_heads * head_size, bias=False)
+
+    def forward(self, hidden_states, attention_mask=None, buckets=None, num_hashes=None, output_attentions=False,
+                **unused):
+        """``(out [batch, seq, heads * head_size], buckets, probabilities or None)``; ``buckets``
+        ``[batch, heads, num_hashes, padded seq]`` (None when the sequence is attended fully) can be passed back to
+        recompute the same attention (the reversible backward does)."""
+        check_attention_mask(attention_mask, hidden_states)
+        num_hashes = num_hashes or self.num_hashes
+        length = hidden_states.shape[1]
+        if length > self.chunk_length:
+            hidden_states, attention_mask, length = pad_to_multiple(hidden_states, attention_mask, self.chunk_length)
+        query_keys = split_heads(self.query_key(hidden_states), self.num_heads)
+        values = split_heads(self.value(hidden_states), self.num_heads)
+        keys = normalized_keys(query_keys)
+        key_mask = None if attention_mask is None else attention_mask.bool()[:, None, :]
+        seq = hidden_states.shape[1]
+        if seq <= self.chunk_length:
+            positions = torch.arange(seq, device=hidden_states.device)
+            out, _, probs = attend(query_keys, keys, values, positions, positions, key_mask, self.causal,
+                                   self.dropout, self.training)
+            return merge_heads(out)[:, :length], None, probs if output_attentions else None
+        rotations = self.rotations(seq, num_hashes, query_keys)
+        if buckets is None:
+            buckets = self.hash(query_keys, rotations, attention_mask)
+        out, probs = self._attend_in_buckets(query_keys, keys, values, buckets, key_mask, num_hashes)
+        return merge_heads(out)[:, :length], buckets, probs if output_attentions else None
+
+    def bucket_factors(self, seq):
+        num_buckets = self.num_buckets or auto_num_buckets(seq, self.chunk_length, self.max_position_embeddings)
+        return [num_buckets] if isinstance(num_buckets, int) else list(num_buckets)
+
+    def rotations(self, seq, num_hashes, like):
+        """Random rotations ``[heads, head_size, num_hashes, sum(factors) // 2]``, fresh per round. Drawn also when
+        the buckets are given (the reversible backward), so that the dropout after them draws the same masks."""
+        shape = (self.num_heads, self.head_size, num_hashes, sum(self.bucket_factors(seq)) // 2)
+        if self.hash_seed is None:
+            return torch.randn(shape, device=like.device, dtype=like.dtype)
+        # a generator of its own: the same rotations every call, torch's global RNG left alone
+        generator = torch.Generator().manual_seed(self.hash_seed)
+        return torch.randn(shape, generator=generator, dtype=like.dtype).to(like.device)
+
+    def hash(self, query_keys, rotations, attention_mask=None):
+        """Bucket of every position in every round: ``[batch, heads, num_hashes, seq]`` (long; round r's buckets
+        offset by r times the bucket count, so rounds never mix; padding in a bucket of its own)."""
+        rotated = torch.einsum("bhsd,hdrk->bhrsk", query_keys.detach(), rotations)
+        buckets, start, total = 0, 0, 1
+        for factor in self.bucket_factors(query_keys.shape[2]):
+            part = rotated[..., start:start + factor // 2]
+            buckets = buckets + total * torch.cat([part, -part], dim=-1).argmax(dim=-1)
+            start, total = start + factor // 2, total * factor
+        if attention_mask is not None:  # (where nothing is padding the order is the same as without the bucket)
+            buckets = buckets.masked_fill(~attention_mask.bool()[:, None, None, :], total)
+            total += 1
+        offsets = torch.arange(rotations.shape[2], device=buckets.device).view(1, 1, -1, 1) * total
+        return buckets + offsets
+
+    def _attend_in_buckets(self, query_keys, keys, values, buckets, key_mask, num_hashes):
+        batch, heads, seq, d = query_keys.shape
+        flat_buckets = buckets.reshape(batch, heads, num_hashes * seq)
+        order = flat_buckets.argsort(dim=-1, stable=True)  # by (round, bucket, position)
+        positions = order % seq
+        gather = positions.unsqueeze(-1).expand(-1, -1, -1, d)
+        sorted_queries = into_chunks(query_keys.gather(2, gather), self.chunk_length)
+        sorted_keys = into_chunks(keys.gather(2, gather), self.chunk_length)
+        sorted_values = into_chunks(values.gather(2, gather), self.chunk_length)
+        query_positions = into_chunks(positions, self.chunk_length)
+        key_positions = look_adjacent(query_positions, self.chunks_before, self.chunks_after)
+        sorted_key_mask = None
+        if key_mask is not None:
+            sorted_key_mask = key_mask.expand(batch, heads, seq).gather(2, key_positions.flatten(2)).view(
+                key_positions.shape)
+        out, logsumexp, probs = attend(sorted_queries, look_adjacent(sorted_keys, self.chunks_before,
+                                                                     self.chunks_after),
+                                look_adjacent(sorted_values, self.chunks_before, self.chunks_after),
+                                query_positions, key_positions, sorted_key_mask, self.causal, self.dropout,
+                                self.training)
+        undo = order.argsort(dim=-1)
+        out = out.flatten(2, 3).gather(2, undo.unsqueeze(-1).expand(-1, -1, -1, d))
+        logsumexp = logsumexp.flatten(2).gather(2, undo)
+        out = out.view(batch, heads, num_hashes, seq, d)
+        if num_hashes == 1:
+            return out[:, :, 0], probs
+        round_weights = torch.softmax(logsumexp.view(batch, heads, num_hashes, seq, 1), dim=2)
+        return (out * round_weights).sum(dim=2), probs
+
+
+def normalized_keys(query_keys, eps=1e-6):
+    """transformers' key scaling for shared QK: ``x / rms(x) / sqrt(d)``, i.e. unit length (up to ``eps``)."""
+    return query_keys * torch.rsqrt(query_keys.pow(2).mean(-1, keepdim=True) + eps) / math.sqrt(query_keys.shape[-1])
+
+
+class LocalSelfAttention(nn.Module):
+    """Attention within chunks of consecutive positions and their ``chunks_before`` / ``chunks_after``
+    neighbours (separate query, key and value projections). A sequence no longer than a chunk attends fully.
+
+    Args as :class:`LSHSelfAttention`'s.
+    """
+
+    def __init__(self, hidden_size, num_heads, head_size, chunk_length=64, chunks_before=1, chunks_after=0,
+                 causal=False, dropout=0.0):
+        super().__init__()
+        if chunk_length < 1:
+            raise ValueError(f"local chunk_length must be at least 1, got {chunk_length}")
+        self.num_heads, self.head_size, self.chunk_length = num_heads, head_size, chunk_length
+        self.chunks_before, self.chunks_after, self.causal, self.dropout = chunks_before, chunks_after, causal, dropout
+        self.query = nn.Linear(hidden_size, num_heads * head_size, bias=False)
+        self.key = nn.Linear(hidden_size, num_heads * head_size, bias=False)
+        self.value = nn.Linear(hidden_size, num_heads * head_size, bias=False)
+
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, **unused):
+        """``(out [batch, seq, heads * head_size], None, probabilities or None)``."""
+        check_attention_mask(attention_mask, hidden_states)
+        length = hidden_states.shape[1]
+        if length > self.chunk_length:
+            hidden_states, attention_mask, length = pad_to_multiple(hidden_states, attention_mask, self.chunk_length)
+        queries = split_heads(self.query(hidden_states), self.num_heads)
+        keys = split_heads(self.key(hidden_states), self.num_heads) / math.sqrt(self.head_size)
+        values = split_heads(self.value(hidden_states), self.num_heads)
+        seq = hidden_states.shape[1]
+        positions = torch.arange(seq, device=hidden_states.device)
+        key_mask = None if attention_mask is None else attention_mask.bool()[:, None, :]
+        if seq > self.chunk_length:
+            adjacent = lambda x: look_adjacent(into_chunks(x, self.chunk_length), self.chunks_before,  # noqa: E731
+                                               self.chunks_after)
+            queries = into_chunks(queries, self.chunk_length)
+            keys, values = adjacent(keys), adjacent(values)
+            query_positions = positions.view(-1, self.chunk_length)
+            key_positions = look_adjacent(query_positions[None, None], self.chunks_before, self.chunks_after)[0, 0]
+            if key_mask is not None:
+                key_mask = adjacent(key_mask)
+            out, _, probs = attend(queries, keys, values, query_positions, key_positions, key_mask, self.causal,
+                                   self.dropout, self.training, mask_self=False)
+            out = out.flatten(2, 3)
+        else:
+            out, _, probs = attend(queries, keys, values, positions, positions, key_mask, self.causal, self.dropout,
+                                   self.training, mask_self=False)
+        return merge_heads(out)[:, :length], None, probs if output_attentions else None
+
+
+class FullSelfAttention(nn.Module):
+    """Plain multi-head attention through ``scaled_dot_product_attention`` (the flash / memory-efficient kernels
+    where they apply). Args as :class:`LocalSelfAttention`'s, without chunks."""
+
+    def __init__(self, hidden_size, num_heads, head_size, causal=False, dropout=0.0):
+        super().__init__()
+        self.num_heads, self.head_size, self.causal, self.dropout = num_heads, head_size, causal, dropout
+        self.query = nn.Linear(hidden_size, num_heads * head_size, bias=False)
+        self.key = nn.Linear(hidden_size, num_heads * head_size, bias=False)
+        self.value = nn.Linear(hidden_size, num_heads * head_size, bias=False)
+
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, sdpa=True, **unused):
+        """``(out [batch, seq, heads * head_size], None, probabilities [batch, heads, seq, seq] or None)``; with
+        ``output_attentions`` or ``sdpa=False`` the scores are computed explicitly."""
+        check_attention_mask(attention_mask, hidden_states)
+        queries, keys, values = (split_heads(projection(hidden_states), self.num_heads)
+                                 for projection in (self.query, self.key, self.value))
+        mask = None
+        if attention_mask is not None:
+            length = hidden_states.shape[1]
+            mask = attention_mask.bool()[:, None, None, :]
+            if self.causal:
+                mask = mask & torch.ones(length, length, dtype=torch.bool, device=mask.device).tril()
+            # a padding query sees itself, so that no row is all masked (NaN); real tokens never see padding
+            mask = mask | torch.eye(length, dtype=torch.bool, device=mask.device)
+        if output_attentions or not sdpa:
+            positions = torch.arange(hidden_states.shape[1], device=hidden_states.device)
+            key_mask = None if attention_mask is None else attention_mask.bool()[:, None, :]
+            out, _, probs = attend(queries, keys / math.sqrt(self.head_size), values, positions, positions, key_mask,
+                                   self.causal, self.dropout, self.training, mask_self=False)
+            return merge_heads(out), None, probs if output_attentions else None
+        out = nn.functional.scaled_dot_product_attention(
+            queries, keys, values, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
+            is_causal=self.causal and mask is None)
+        return merge_heads(out), None, None

@@ -1,0 +1,157 @@
+"""Reversible LSH configuration: transformers' ``ReformerConfig`` field names wherever the meaning is the same.
+
+What differs: any input length trains and infers (padding to the chunk lengths happens inside); positions are
+learned absolute embeddings up to ``max_position_embeddings`` (``position_embedding_type="absolute"``), with
+transformers' axial embeddings (``"axial"``) kept for converted checkpoints; ``attn_layers`` may also name
+``"full"`` (SDPA) layers; ``reversible=False`` runs the same layers as plain residual blocks (to compare).
+"""
+
+import math
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+
+LAYER_KINDS = ("lsh", "local", "full")
+POSITION_EMBEDDING_TYPES = ("absolute", "axial")
+
+SIZES = {
+    "tiny": dict(hidden_size=32, num_attention_heads=2, attention_head_size=16, feed_forward_size=64,
+                 attn_layers=["local", "lsh"], lsh_attn_chunk_length=16, local_attn_chunk_length=16),
+    "small": dict(hidden_size=256, num_attention_heads=4, attention_head_size=64, feed_forward_size=1024,
+                  attn_layers=["local", "lsh", "local", "lsh", "local", "lsh"]),
+    "base": dict(hidden_size=512, num_attention_heads=8, attention_head_size=64, feed_forward_size=2048,
+                 attn_layers=["local", "local", "lsh", "local"] * 3),
+}
+
+
+@strict
+class RevLSHConfig(PreTrainedConfig):
+    r"""A stack of reversible layers whose attention is LSH, local (chunked) or full.
+
+    Args:
+        vocab_size: number of tokens.
+        hidden_size: width of each reversible half (the final hidden states are ``2 * hidden_size`` wide, the
+            two halves side by side, as in transformers' Reformer).
+        num_attention_heads, attention_head_size: the attention's heads and their size.
+        attn_layers: one kind per layer, ``"lsh"``, ``"local"`` or ``"full"``; ``num_hidden_layers`` is its length.
+        feed_forward_size, hidden_act: the feed-forward block. chunk_size_feed_forward: positions per chunk of
+            the feed-forward (0: all at once; less memory for long inputs).
+        num_hashes: LSH hash rounds. num_buckets: an even number or a list of even factors; None: chosen from
+            each input's length. hash_seed: fixed rotations (the same buckets every call); None: fresh ones.
+        lsh_attn_chunk_length, lsh_num_chunks_before, lsh_num_chunks_after: LSH chunks and their look-around.
+        local_attn_chunk_length, local_num_chunks_before, local_num_chunks_after: the same for local layers.
+        lsh_attention_probs_dropout_prob, local_attention_probs_dropout_prob, full_attention_probs_dropout_prob,
+            hidden_dropout_prob: dropout.
+        is_decoder: causal attention (a language model).
+        max_position_embeddings: longest input (learned positions; the automatic bucket count is bounded by it).
+        position_embedding_type: ``"absolute"`` (learned) or ``"axial"`` (transformers' factorised positions,
+            for converted checkpoints: ``axial_pos_shape`` multiplies to at least ``max_position_embeddings``,
+            ``axial_pos_embds_dim`` sums to ``hidden_size``).
+        reversible: run the layers as reversible blocks (activation memory flat in depth); False: plain residual
+            blocks of the same weights.
+        layer_norm_eps, initializer_range, axial_norm_std: as transformers'.
+        classifier_dropout: dropout before the sequence-classification head (default ``hidden_dropout_prob``).
+    """
+
+    model_type = "rev-lsh"
+
+    vocab_size: int = 320
+    hidden_size: int = 256
+    num_attention_heads: int = 4
+    attention_head_size: int = 64
+    attn_layers: list[str] | tuple[str, ...] = ("local", "lsh", "local", "lsh", "local", "lsh")
+    feed_forward_size: int = 512
+    hidden_act: str = "relu"
+    chunk_size_feed_forward: int = 0
+    num_hashes: int = 1
+    num_buckets: int | list[int] | None = None
+    hash_seed: int | None = None
+    lsh_attn_chunk_length: int = 64
+    lsh_num_chunks_before: int = 1
+    lsh_num_chunks_after: int = 0
+    local_attn_chunk_length: int = 64
+    local_num_chunks_before: int = 1
+    local_num_chunks_after: int = 0
+    lsh_attention_probs_dropout_prob: float = 0.0
+    local_attention_probs_dropout_prob: float = 0.05
+    full_attention_probs_dropout_prob: float = 0.05
+    hidden_dropout_prob: float = 0.05
+    is_decoder: bool = False
+    max_position_embeddings: int = 4096
+    position_embedding_type: str = "absolute"
+    axial_pos_shape: list[int] | tuple[int, ...] = (64, 64)
+    axial_pos_embds_dim: list[int] | tuple[int, ...] = (64, 192)
+    axial_norm_std: float = 1.0
+    reversible: bool = True
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+    classifier_dropout: float | None = None
+    tie_word_embeddings: bool = False
+    use_cache: bool = True
+    pad_token_id: int | None = 0
+    eos_token_id: int | list[int] | None = 2
+    bos_token_id: int | None = None
+
+    def __post_init__(self, **kwargs):
+        self.attn_layers = list(self.attn_layers)
+        self.axial_pos_shape, self.axial_pos_embds_dim = list(self.axial_pos_shape), list(self.axial_pos_embds_dim)
+        if isinstance(self.num_buckets, tuple):
+            self.num_buckets = list(self.num_buckets)
+        super().__post_init__(**kwargs)
+        self.num_hidden_layers = len(self.attn_layers)  # as ReformerConfig: the pattern decides
+        family_auto_map = getattr(type(self), "_family_auto_map", None)  # see MacBertConfig
+        if family_auto_map and getattr(self, "auto_map", None) is None:
+            self.auto_map = dict(family_auto_map)
+
+    @classmethod
+    def from_size(cls, size: str, **overrides) -> "RevLSHConfig":
+        """``tiny`` (2 layers x 32, for tests), ``small`` (6 x 256) or ``base`` (12 x 512, trax's enwik8
+        pattern of local and LSH layers), with ``overrides`` of any field."""
+        if size not in SIZES:
+            raise ValueError(f"RevLSHConfig size must be one of {list(SIZES)}, got {size!r}")
+        return cls(**{**SIZES[size], **overrides})
+
+    def validate_rev_lsh_fields(self):
+        """Run by ``@strict`` after ``__init__`` and by ``config.validate()``."""
+        unknown = [kind for kind in self.attn_layers if kind not in LAYER_KINDS]
+        if unknown or not self.attn_layers:
+            raise ValueError(f"RevLSHConfig.attn_layers: each layer is one of {LAYER_KINDS}, got "
+                             f"{self.attn_layers!r}")
+        for name in ("lsh_attn_chunk_length", "local_attn_chunk_length"):
+            value = getattr(self, name)
+            if not 1 <= value <= self.max_position_embeddings:
+                raise ValueError(f"RevLSHConfig.{name} must be in [1, max_position_embeddings="
+                                 f"{self.max_position_embeddings}], got {value}")
+        for name in ("lsh_num_chunks_before", "lsh_num_chunks_after", "local_num_chunks_before",
+                     "local_num_chunks_after", "chunk_size_feed_forward"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"RevLSHConfig.{name} must be non-negative, got {getattr(self, name)}")
+        factors = [self.num_buckets] if isinstance(self.num_buckets, int) else (self.num_buckets or [])
+        if any(factor < 2 or factor % 2 for factor in factors):
+            raise ValueError(f"RevLSHConfig.num_buckets must be even (a list: of even factors), got "
+                             f"{self.num_buckets!r}")
+        if self.num_hashes < 1:
+            raise ValueError(f"RevLSHConfig.num_hashes must be at least 1, got {self.num_hashes}")
+        for name in ("hidden_size", "num_attention_heads", "attention_head_size", "feed_forward_size",
+                     "max_position_embeddings"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"RevLSHConfig.{name} must be positive, got {getattr(self, name)}")
+        if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
+            raise ValueError(f"RevLSHConfig.position_embedding_type must be one of {POSITION_EMBEDDING_TYPES}, got "
+                             f"{self.position_embedding_type!r}")
+        if self.position_embedding_type == "axial":
+            if sum(self.axial_pos_embds_dim) != self.hidden_size:
+                raise ValueError(f"RevLSHConfig.axial_pos_embds_dim {self.axial_pos_embds_dim} must sum to "
+                                 f"hidden_size ({self.hidden_size})")
+            if len(self.axial_pos_shape) != len(self.axial_pos_embds_dim):
+                raise ValueError("RevLSHConfig.axial_pos_shape and axial_pos_embds_dim must have the same length")
+            if math.prod(self.axial_pos_shape) < self.max_position_embeddings:
+                raise ValueError(f"RevLSHConfig.axial_pos_shape {self.axial_pos_shape} must give at least "
+                                 f"max_position_embeddings ({self.max_position_embeddings}) positions")
+        for name in ("lsh_attention_probs_dropout_prob", "local_attention_probs_dropout_prob",
+                     "full_attention_probs_dropout_prob", "hidden_dropout_prob"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"RevLSHConfig.{name} must be in [0, 1), got {getattr(self, name)}")
+
+
+__all__ = ["RevLSHConfig"]

@@ -1,0 +1,485 @@
+"""Reversible LSH models (Kitaev et al., 2020): LSH / local / full attention layers in a reversible stack.
+
+Each layer keeps two halves, ``x1`` and ``x2`` (both start as the embeddings): ``y1 = x1 + attention(x2)``,
+``y2 = x2 + feed_forward(y1)``. Training runs the stack through :class:`ReversibleFunction`, which keeps only the
+last layer's output and recomputes every layer's input from its output in backward, so activation memory does not
+grow with depth; the recomputation reuses the forward's LSH buckets and replays its dropout. The final hidden
+states are the two halves side by side (``2 * hidden_size``), layer-normed, as in transformers' Reformer, whose
+weights convert key for key (``hf_plm_ext.convert.reformer``).
+
+Any input length works: the model pads to the least common multiple of the chunk lengths inside, masks the
+padding and cuts it from every output.
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import CausalLMOutput, MaskedLMOutput, SequenceClassifierOutput
+from transformers.utils import ModelOutput, can_return_tuple, logging
+
+from .attention_rev_lsh import FullSelfAttention, LocalSelfAttention, LSHSelfAttention
+from .configuration_rev_lsh import RevLSHConfig
+
+logger = logging.get_logger(__name__)
+
+
+@dataclass
+class RevLSHModelOutput(ModelOutput):
+    """
+    last_hidden_state: ``[batch, seq, 2 * hidden_size]``, the two reversible halves side by side, layer-normed.
+    hidden_states: with ``output_hidden_states``: the embeddings and every layer's output, each
+        ``[batch, seq, 2 * hidden_size]`` (the halves side by side; the embeddings twice).
+    attentions: with ``output_attentions``: per layer the attention probabilities as the layer computed them
+        (full: ``[batch, heads, seq, seq]``; local: ``[batch, heads, chunks, chunk, chunk * (1 + before + after)]``;
+        LSH: the same over the rounds' sorted chunks, ``num_hashes * chunks`` of them).
+    """
+
+    last_hidden_state: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+class AxialPositionEmbeddings(nn.Module):
+    """transformers' axial positions (for converted checkpoints): position ``p`` of an ``(H, W)`` shape is
+    ``[w0[p // W], w1[p % W]]``. Unlike transformers', any length up to ``H * W`` trains."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.shape = list(config.axial_pos_shape)
+        self.weights = nn.ParameterList()
+        for axis, dim in enumerate(config.axial_pos_embds_dim):
+            shape = [1] * len(self.shape)
+            shape[axis] = self.shape[axis]
+            self.weights.append(nn.Parameter(torch.ones(*shape, dim)))
+
+    def forward(self, position_ids):
+        parts, remainder = [], position_ids
+        strides = [math.prod(self.shape[axis + 1:]) for axis in range(len(self.shape))]
+        for weight, stride, size in zip(self.weights, strides, self.shape):
+            parts.append(weight.reshape(size, -1)[(remainder // stride) % size])
+        return torch.cat(parts, dim=-1)
+
+
+class RevLSHEmbeddings(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.position_embeddings = (AxialPositionEmbeddings(config) if config.position_embedding_type == "axial"
+                                    else nn.Embedding(config.max_position_embeddings, config.hidden_size))
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.max_position_embeddings = config.max_position_embeddings
+
+    def forward(self, input_ids=None, position_ids=None, inputs_embeds=None):
+        embeddings = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
+        if position_ids is None:
+            position_ids = torch.arange(embeddings.shape[1], device=embeddings.device).unsqueeze(0)
+        if position_ids.shape[-1] > self.max_position_embeddings:
+            raise ValueError(f"the input has {position_ids.shape[-1]} positions, more than "
+                             f"max_position_embeddings ({self.max_position_embeddings})")
+        return self.dropout(embeddings) + self.position_embeddings(position_ids)
+
+
+def attention_layer(config, kind):
+    shared = dict(hidden_size=config.hidden_size, num_heads=config.num_attention_heads,
+                  head_size=config.attention_head_size, causal=config.is_decoder)
+    if kind == "lsh":
+        return LSHSelfAttention(**shared, chunk_length=config.lsh_attn_chunk_length, num_hashes=config.num_hashes,
+                                num_buckets=config.num_buckets, chunks_before=config.lsh_num_chunks_before,
+                                chunks_after=config.lsh_num_chunks_after,
+                                dropout=config.lsh_attention_probs_dropout_prob, hash_seed=config.hash_seed,
+                                max_position_embeddings=config.max_position_embeddings)
+    if kind == "local":
+        return LocalSelfAttention(**shared, chunk_length=config.local_attn_chunk_length,
+                                  chunks_before=config.local_num_chunks_before,
+                                  chunks_after=config.local_num_chunks_after,
+                                  dropout=config.local_attention_probs_dropout_prob)
+    return FullSelfAttention(**shared, dropout=config.full_attention_probs_dropout_prob)
+
+
+class RevLSHAttentionBlock(nn.Module):
+    """``f`` of a reversible layer: LayerNorm -> attention -> output projection -> dropout."""
+
+    def __init__(self, config, kind):
+        super().__init__()
+        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.self_attention = attention_layer(config, kind)
+        self.output = nn.Linear(config.num_attention_heads * config.attention_head_size, config.hidden_size,
+                                bias=False)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.config = config
+
+    def forward(self, hidden_states, attention_mask=None, buckets=None, num_hashes=None, output_attentions=False):
+        """``(out [batch, seq, hidden], buckets, attention probabilities or None)``."""
+        sdpa = getattr(self.config, "_attn_implementation", "sdpa") == "sdpa"
+        out, buckets, probs = self.self_attention(self.layer_norm(hidden_states), attention_mask, buckets=buckets,
+                                                  num_hashes=num_hashes, output_attentions=output_attentions,
+                                                  sdpa=sdpa)
+        return self.dropout(self.output(out)), buckets, probs
+
+
+class RevLSHFeedForward(nn.Module):
+    """``g`` of a reversible layer: LayerNorm -> dense -> activation -> dense, ``chunk_size_feed_forward``
+    positions at a time (0: all)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dense = nn.Linear(config.hidden_size, config.feed_forward_size)
+        self.activation = ACT2FN[config.hidden_act]
+        self.output = nn.Linear(config.feed_forward_size, config.hidden_size)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.chunk_size = config.chunk_size_feed_forward
+
+    def forward(self, hidden_states):
+        if self.chunk_size and hidden_states.shape[1] > self.chunk_size:
+            return torch.cat([self._forward_chunk(chunk) for chunk in hidden_states.split(self.chunk_size, dim=1)],
+                             dim=1)
+        return self._forward_chunk(hidden_states)
+
+    def _forward_chunk(self, hidden_states):
+        hidden_states = self.activation(self.dropout(self.dense(self.layer_norm(hidden_states))))
+        return self.dropout(self.output(hidden_states))
+
+
+class RNGState:
+    """The RNG state at a point of the forward, to draw the same dropout masks again in backward."""
+
+    def __init__(self, device):
+        self.cpu = torch.get_rng_state()
+        self.cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+        self.device = device
+
+    def restored(self):
+        """A context in which torch's RNG continues from this state (and is as before afterwards)."""
+        devices = [self.device] if self.cuda is not None else []
+        context = torch.random.fork_rng(devices=devices)
+
+        class Restored:
+            def __enter__(inner):
+                context.__enter__()
+                torch.set_rng_state(self.cpu)
+                if self.cuda is not None:
+                    torch.cuda.set_rng_state(self.cuda, self.device)
+
+            def __exit__(inner, *exc):
+                return context.__exit__(*exc)
+
+        return Restored()
+
+
+class RevLSHLayer(GradientCheckpointingLayer):
+    """One reversible layer: ``y1 = x1 + attention(x2)``, ``y2 = x2 + feed_forward(y1)``."""
+
+    def __init__(self, config, kind):
+        super().__init__()
+        self.attention = RevLSHAttentionBlock(config, kind)
+        self.feed_forward = RevLSHFeedForward(config)
+
+    def forward(self, x1, x2, attention_mask=None, num_hashes=None, output_attentions=False):
+        """``(y1, y2, attention probabilities or None)``, each half ``[batch, seq, hidden]``: the plain
+        (non-reversible) step, under ordinary autograd."""
+        attention, _, probs = self.attention(x2, attention_mask, num_hashes=num_hashes,
+                                             output_attentions=output_attentions)
+        y1 = x1 + attention
+        return y1, x2 + self.feed_forward(y1), probs
+
+    def forward_recording(self, x1, x2, attention_mask, num_hashes, output_attentions):
+        """The same step, returning also what backward needs to recompute it: the buckets and RNG states."""
+        record = {"attention_rng": RNGState(x2.device)}
+        attention, record["buckets"], probs = self.attention(x2, attention_mask, num_hashes=num_hashes,
+                                                             output_attentions=output_attentions)
+        y1 = x1 + attention
+        record["feed_forward_rng"] = RNGState(y1.device)
+        return y1, x2 + self.feed_forward(y1), probs, record
+
+    def backward_pass(self, y1, y2, grad_y1, grad_y2, attention_mask, num_hashes, record):
+        """From this layer's outputs and their gradients, ``(x1, x2, grad_x1, grad_x2)``; the parameters'
+        gradients are accumulated on the way (RevNet's backward, Gomez et al., 2017)."""
+        with torch.enable_grad():
+            y1 = y1.detach().requires_grad_()
+            with record["feed_forward_rng"].restored():
+                feed_forward = self.feed_forward(y1)
+            torch.autograd.backward(feed_forward, grad_y2)
+        with torch.no_grad():
+            x2 = y2 - feed_forward
+            grad_y1 = grad_y1 + y1.grad
+        with torch.enable_grad():
+            x2 = x2.detach().requires_grad_()
+            with record["attention_rng"].restored():
+                attention, _, _ = self.attention(x2, attention_mask, buckets=record["buckets"], num_hashes=num_hashes)
+            torch.autograd.backward(attention, grad_y1)
+        with torch.no_grad():
+            x1 = y1 - attention
+            grad_x2 = grad_y2 + x2.grad
+        return x1.detach(), x2.detach(), grad_y1, grad_x2
+
+
+class ReversibleFunction(torch.autograd.Function):
+    """The reversible stack as one autograd node: forward keeps no activations but the last output; backward
+    recomputes each layer's input from its output (:meth:`RevLSHLayer.backward_pass`)."""
+
+    @staticmethod
+    def forward(ctx, hidden_states, layers, attention_mask, num_hashes, output_hidden_states, output_attentions,
+                collected):
+        x1, x2 = hidden_states.chunk(2, dim=-1)
+        records = []
+        for layer in layers:
+            x1, x2, probs, record = layer.forward_recording(x1, x2, attention_mask, num_hashes, output_attentions)
+            records.append(record)
+            if output_hidden_states:
+                collected["hidden_states"].append(torch.cat([x1, x2], dim=-1))
+            if output_attentions:
+                collected["attentions"].append(probs)
+        ctx.layers, ctx.records, ctx.attention_mask, ctx.num_hashes = layers, records, attention_mask, num_hashes
+        ctx.save_for_backward(x1, x2)
+        return torch.cat([x1, x2], dim=-1)
+
+    @staticmethod
+    def backward(ctx, grad_hidden_states):
+        y1, y2 = ctx.saved_tensors
+        grad_y1, grad_y2 = grad_hidden_states.chunk(2, dim=-1)
+        for layer, record in zip(reversed(ctx.layers), reversed(ctx.records)):
+            y1, y2, grad_y1, grad_y2 = layer.backward_pass(y1, y2, grad_y1, grad_y2, ctx.attention_mask,
+                                                           ctx.num_hashes, record)
+        return torch.cat([grad_y1, grad_y2], dim=-1), None, None, None, None, None, None
+
+
+def chunk_multiple(config) -> tuple[int, int]:
+    """``(least common multiple, shortest)`` of the chunk lengths of the layers' kinds (full layers: none)."""
+    lengths = {"lsh": config.lsh_attn_chunk_length, "local": config.local_attn_chunk_length}
+    present = [lengths[kind] for kind in set(config.attn_layers) if kind in lengths]
+    return (math.lcm(*present), min(present)) if present else (1, 0)
+
+
+class RevLSHPreTrainedModel(PreTrainedModel):
+    config: RevLSHConfig
+    config_class = RevLSHConfig
+    base_model_prefix = "rev_lsh"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    accepts_loss_kwargs = False  # the heads return batch means: the Trainer scales for gradient accumulation
+
+    def _init_weights(self, module):
+        std = self.config.initializer_range
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if getattr(module, "bias", None) is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, AxialPositionEmbeddings):
+            for weight in module.weights:
+                init.normal_(weight, mean=0.0, std=self.config.axial_norm_std)
+
+    def gradient_checkpointing_enable(self, *args, **kwargs):
+        if self.config.reversible:
+            raise ValueError("gradient checkpointing is for reversible=False: reversible layers already recompute "
+                             "their activations in backward, from the outputs, without checkpoints")
+        return super().gradient_checkpointing_enable(*args, **kwargs)
+
+
+class RevLSHModel(RevLSHPreTrainedModel):
+    """Embeddings + the reversible stack + a LayerNorm over the two halves."""
+
+    def __init__(self, config: RevLSHConfig):
+        super().__init__(config)
+        self.embeddings = RevLSHEmbeddings(config)
+        self.layers = nn.ModuleList([RevLSHLayer(config, kind) for kind in config.attn_layers])
+        self.layer_norm = nn.LayerNorm(2 * config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, embeddings):
+        self.embeddings.word_embeddings = embeddings
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, num_hashes=None,
+                output_hidden_states=None, output_attentions=None, **kwargs) -> RevLSHModelOutput:
+        r"""
+        Args:
+            input_ids: ``[batch, seq]``, any ``seq`` up to ``max_position_embeddings``.
+            attention_mask: ``[batch, seq]``, 1 for tokens and 0 for padding (padding is never attended to).
+            num_hashes: LSH rounds for this call (default: the config's).
+        """
+        output_hidden_states = output_hidden_states if output_hidden_states is not None else \
+            self.config.output_hidden_states
+        output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
+        reference = input_ids if input_ids is not None else inputs_embeds
+        if attention_mask is not None and attention_mask.shape != reference.shape[:2]:
+            raise ValueError(f"attention_mask must be [batch, seq] = {list(reference.shape[:2])}, got "
+                             f"{list(attention_mask.shape)}")
+        length = reference.shape[1]
+        if position_ids is None:
+            position_ids = torch.arange(length, device=reference.device).unsqueeze(0).expand(reference.shape[0], -1)
+        input_ids, inputs_embeds, attention_mask, position_ids = self._pad_to_chunks(
+            input_ids, inputs_embeds, attention_mask, position_ids)
+        hidden = self.embeddings(input_ids, position_ids, inputs_embeds)
+        hidden_states, attentions = self._run_layers(hidden, attention_mask, num_hashes, output_hidden_states,
+                                                     output_attentions)
+        last = self.dropout(self.layer_norm(hidden_states[-1]))[:, :length]
+        return RevLSHModelOutput(
+            last_hidden_state=last,
+            hidden_states=tuple(h[:, :length] for h in hidden_states) if output_hidden_states else None,
+            attentions=tuple(attentions) if output_attentions else None)
+
+    def _pad_to_chunks(self, input_ids, inputs_embeds, attention_mask, position_ids):
+        """Pad to the least common multiple of the chunk lengths, as transformers' Reformer does in evaluation
+        (here also in training), the padding masked; its positions continue the sequence."""
+        reference = input_ids if input_ids is not None else inputs_embeds
+        batch, length = reference.shape[:2]
+        multiple, shortest = chunk_multiple(self.config)
+        missing = -length % multiple
+        if length <= shortest or missing == 0:
+            return input_ids, inputs_embeds, attention_mask, position_ids
+        if attention_mask is None:
+            attention_mask = torch.ones(batch, length, dtype=torch.long, device=reference.device)
+        attention_mask = nn.functional.pad(attention_mask, (0, missing))
+        padding_ids = torch.full((batch, missing), self.config.pad_token_id or 0, dtype=torch.long,
+                                 device=reference.device)
+        if input_ids is not None:
+            input_ids = torch.cat([input_ids, padding_ids], dim=1)
+        else:
+            inputs_embeds = torch.cat([inputs_embeds, self.get_input_embeddings()(padding_ids)], dim=1)
+        more_positions = position_ids[:, -1:] + torch.arange(1, missing + 1, device=position_ids.device)
+        position_ids = torch.cat([position_ids, more_positions], dim=1)
+        return input_ids, inputs_embeds, attention_mask, position_ids
+
+    def _run_layers(self, hidden, attention_mask, num_hashes, output_hidden_states, output_attentions):
+        """``(hidden states: the embeddings twice, then every layer's output, attentions)``."""
+        stacked = torch.cat([hidden, hidden], dim=-1)
+        collected = {"hidden_states": [stacked], "attentions": []}
+        if self.config.reversible and torch.is_grad_enabled() and stacked.requires_grad:
+            last = ReversibleFunction.apply(stacked, list(self.layers), attention_mask, num_hashes,
+                                            output_hidden_states, output_attentions, collected)
+        else:
+            x1, x2 = hidden, hidden
+            for layer in self.layers:
+                x1, x2, probs = layer(x1, x2, attention_mask, num_hashes, output_attentions)
+                collected["hidden_states"].append(torch.cat([x1, x2], dim=-1))
+                collected["attentions"].append(probs)
+            last = collected["hidden_states"][-1]
+        hidden_states = collected["hidden_states"] if output_hidden_states else [last]
+        if output_hidden_states and hidden_states[-1] is not last:
+            hidden_states[-1] = last  # the one autograd sees
+        return hidden_states, collected["attentions"]
+
+
+class _RevLSHWithLMHead(RevLSHPreTrainedModel):
+    """The encoder + a linear head over the two halves (``2 * hidden_size`` -> vocabulary), as transformers'
+    Reformer heads."""
+
+    def __init__(self, config: RevLSHConfig):
+        super().__init__(config)
+        self.rev_lsh = RevLSHModel(config)
+        self.lm_head = nn.Linear(2 * config.hidden_size, config.vocab_size)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    def set_output_embeddings(self, head):
+        self.lm_head = head
+
+    def _logits(self, input_ids, attention_mask, position_ids, inputs_embeds, num_hashes, output_hidden_states,
+                output_attentions):
+        outputs = self.rev_lsh(input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                               inputs_embeds=inputs_embeds, num_hashes=num_hashes,
+                               output_hidden_states=output_hidden_states, output_attentions=output_attentions,
+                               return_dict=True)
+        return self.lm_head(outputs.last_hidden_state), outputs
+
+
+class RevLSHForMaskedLM(_RevLSHWithLMHead):
+    """Bidirectional LM head (``ReformerForMaskedLM``). ``labels``: ``[batch, seq]``, -100 where there is no
+    target; ``logits``: ``[batch, seq, vocab]``."""
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None,
+                num_hashes=None, output_hidden_states=None, output_attentions=None, **kwargs) -> MaskedLMOutput:
+        logits, outputs = self._logits(input_ids, attention_mask, position_ids, inputs_embeds, num_hashes,
+                                       output_hidden_states, output_attentions)
+        loss = None
+        if labels is not None:
+            loss = nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+        return MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                              attentions=outputs.attentions)
+
+
+class RevLSHForCausalLM(_RevLSHWithLMHead, GenerationMixin):
+    """A causal stack (it sets ``config.is_decoder``) + the LM head (``ReformerModelWithLMHead``). ``labels``: the
+    inputs (shifted inside) or ``shift_labels``. Generation recomputes the prefix at each step (no cache yet)."""
+
+    def __init__(self, config: RevLSHConfig):
+        if not config.is_decoder:
+            logger.warning("RevLSHForCausalLM is causal: setting config.is_decoder=True")
+            config.is_decoder = True
+        super().__init__(config)
+
+    def prepare_inputs_for_generation(self, input_ids, attention_mask=None, **kwargs):
+        return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None,
+                shift_labels=None, num_hashes=None, output_hidden_states=None, output_attentions=None,
+                **kwargs) -> CausalLMOutput:
+        logits, outputs = self._logits(input_ids, attention_mask, position_ids, inputs_embeds, num_hashes,
+                                       output_hidden_states, output_attentions)
+        loss = None
+        if labels is not None or shift_labels is not None:
+            if shift_labels is None:
+                shift_labels = nn.functional.pad(labels[:, 1:], (0, 1), value=-100)
+            loss = nn.functional.cross_entropy(logits.flatten(0, 1).float(), shift_labels.flatten())
+        return CausalLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                              attentions=outputs.attentions)
+
+
+class RevLSHForSequenceClassification(RevLSHPreTrainedModel):
+    """The encoder + transformers' Reformer classification head on the first position (dense -> tanh ->
+    projection, over the two halves). The loss follows ``config.problem_type`` (transformers' rule)."""
+
+    def __init__(self, config: RevLSHConfig):
+        super().__init__(config)
+        self.rev_lsh = RevLSHModel(config)
+        self.classifier = RevLSHClassificationHead(config)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None,
+                num_hashes=None, output_hidden_states=None, output_attentions=None,
+                **kwargs) -> SequenceClassifierOutput:
+        outputs = self.rev_lsh(input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                               inputs_embeds=inputs_embeds, num_hashes=num_hashes,
+                               output_hidden_states=output_hidden_states, output_attentions=output_attentions,
+                               return_dict=True)
+        logits = self.classifier(outputs.last_hidden_state)
+        loss = None if labels is None else self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
+        return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
+                                        attentions=outputs.attentions)
+
+
+class RevLSHClassificationHead(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.dense = nn.Linear(2 * config.hidden_size, config.hidden_size)
+        self.dropout = nn.Dropout(dropout)
+        self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, hidden_states):
+        first = self.dropout(hidden_states[:, 0])
+        return self.out_proj(self.dropout(torch.tanh(self.dense(first))))
+
+
+__all__ = ["RevLSHModel", "RevLSHForMaskedLM", "RevLSHForCausalLM", "RevLSHForSequenceClassification",
+           "RevLSHPreTrainedModel", "RevLSHModelOutput", "ReversibleFunction"]

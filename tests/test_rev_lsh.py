@@ -1,0 +1,226 @@
+"""Reversible LSH layers and models: the reversible backward, LSH against full attention, masks, seeds, any length,
+bad configs (issue 21). The family tester covers what every model class does."""
+
+import copy
+
+import pytest
+import torch
+from huggingface_hub.errors import StrictDataclassError
+
+from hf_plm_ext import RevLSHConfig, RevLSHForCausalLM, RevLSHForMaskedLM, RevLSHModel
+from hf_plm_ext.modeling.rev_lsh import FullSelfAttention, LocalSelfAttention, LSHSelfAttention
+
+from family_common import tiny_rev_lsh
+
+KINDS = ["lsh", "local", "full"]
+
+
+def layer(kind, causal=False, **overrides):
+    shared = dict(hidden_size=32, num_heads=2, head_size=16, causal=causal)
+    if kind == "lsh":
+        return LSHSelfAttention(**shared, **{**dict(chunk_length=8, num_hashes=2, num_buckets=4, hash_seed=0),
+                                             **overrides})
+    if kind == "local":
+        return LocalSelfAttention(**shared, **{**dict(chunk_length=8), **overrides})
+    return FullSelfAttention(**shared, **overrides)
+
+
+def test_reversible_gradients_equal_those_of_the_same_weights_without_the_reversible_function():
+    """float64, dropout on everywhere (replayed in backward), every layer kind, two hash rounds, padding inside."""
+    torch.manual_seed(0)
+    dropout = dict(hidden_dropout_prob=0.1, lsh_attention_probs_dropout_prob=0.1,
+                   local_attention_probs_dropout_prob=0.1, full_attention_probs_dropout_prob=0.1)
+    config = tiny_rev_lsh(attn_layers=["local", "lsh", "full", "lsh"], hash_seed=None, **dropout)
+    reversible = RevLSHForMaskedLM(config).double().train()
+    plain = RevLSHForMaskedLM(copy.deepcopy(config).__class__(**{**config.to_dict(), "reversible": False}))
+    plain.double().train().load_state_dict(reversible.state_dict())
+    ids = torch.randint(5, 99, (2, 30))  # 30: padded to 32 inside
+
+    def gradients(model):
+        model.zero_grad()
+        torch.manual_seed(5)  # the same hashes and dropout masks in both forwards
+        loss = model(ids, labels=ids).loss
+        loss.backward()
+        return loss, {name: p.grad for name, p in model.named_parameters()}
+
+    reversible_loss, reversible_grads = gradients(reversible)
+    plain_loss, plain_grads = gradients(plain)
+    assert torch.equal(reversible_loss, plain_loss)
+    assert reversible_grads.keys() == plain_grads.keys()
+    for name, grad in plain_grads.items():
+        torch.testing.assert_close(reversible_grads[name], grad, rtol=1e-10, atol=1e-12, msg=name)
+    assert any(grad.abs().sum() > 0 for grad in plain_grads.values())
+
+
+def test_the_reversible_forward_keeps_no_activations_of_the_layers():
+    """Autograd holds the stack's input and output only: the saved tensors do not grow with depth."""
+    def saved_bytes(depth, reversible=True):
+        config = tiny_rev_lsh(attn_layers=["local", "lsh"] * depth, reversible=reversible)
+        model = RevLSHModel(config).train()
+        total = 0
+
+        def pack(tensor):
+            nonlocal total
+            total += tensor.numel() * tensor.element_size()
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            model(torch.randint(5, 99, (2, 64))).last_hidden_state.sum()
+        return total
+
+    assert saved_bytes(8) == saved_bytes(2) < saved_bytes(2, reversible=False) < saved_bytes(8, reversible=False)
+
+
+def test_lsh_attention_approaches_full_attention_as_hash_rounds_grow():
+    torch.manual_seed(0)
+    hidden = torch.randn(2, 128, 32)
+    errors = []
+    for num_hashes in (1, 2, 4, 8):
+        squared = []
+        for seed in range(5):
+            torch.manual_seed(seed)
+            lsh = layer("lsh", chunk_length=16, num_hashes=num_hashes, num_buckets=8, hash_seed=100 + seed).eval()
+            full = layer("lsh", chunk_length=128).eval()  # one chunk: the same shared-QK attention over everything
+            full.load_state_dict(lsh.state_dict())
+            with torch.no_grad():
+                squared.append((lsh(hidden)[0] - full(hidden)[0]).pow(2).mean())
+        errors.append(torch.stack(squared).mean().item())
+    assert errors == sorted(errors, reverse=True) and errors[-1] < errors[0] / 3, errors  # seen: 0.017 -> 0.0028
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_causal_attention_never_reads_a_later_position(kind):
+    torch.manual_seed(0)
+    attention = layer(kind, causal=True).eval()
+    hidden = torch.randn(1, 40, 32, requires_grad=True)
+    out = attention(hidden)[0]
+    for position in (0, 13, 39):
+        (grad,) = torch.autograd.grad(out[0, position].sum(), hidden, retain_graph=True)
+        assert grad[0, position + 1:].abs().sum() == 0 and grad[0, :position + 1].abs().sum() > 0
+    if kind != "lsh":  # (LSH's buckets, not differentiable, depend on every position: the chunks do)
+        changed = hidden.detach().clone()
+        changed[0, 20:] = torch.randn(20, 32)
+        with torch.no_grad():
+            torch.testing.assert_close(attention(changed)[0][0, :20], out.detach()[0, :20])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_padding_receives_no_attention_and_its_content_changes_no_real_token(kind):
+    torch.manual_seed(0)
+    attention = layer(kind).eval()
+    hidden = torch.randn(2, 37, 32)
+    mask = torch.ones(2, 37, dtype=torch.long)
+    mask[1, 25:] = 0
+    with torch.no_grad():
+        out, _, probs = attention(hidden, mask, output_attentions=True)
+        noisy = hidden.clone()
+        noisy[1, 25:] = 100 * torch.randn(12, 32)
+        torch.testing.assert_close(attention(noisy, mask)[0][1, :25], out[1, :25])
+        if kind == "full":
+            # fewer padding tokens: the same real outputs. Not so for the chunked kinds: as in trax and
+            # transformers the first chunk's look-back is the last chunk (circular), whose content the padding's
+            # length decides; and LSH's hash rounds are aligned by the count.
+            torch.testing.assert_close(attention(hidden[1:, :30], mask[1:, :30])[0][0, :25], out[1, :25])
+    if kind == "full":
+        assert probs[1, :, :, 25:].abs().max() == 0
+
+
+def test_lsh_buckets_depend_only_on_the_seed():
+    hidden = torch.randn(2, 64, 32)
+    attention = layer("lsh", hash_seed=3)
+    first, second = attention(hidden)[1], attention(hidden)[1]
+    assert torch.equal(first, second) and first.shape == (2, 2, 2, 64)
+    other = layer("lsh", hash_seed=4)
+    other.load_state_dict(attention.state_dict())
+    assert not torch.equal(other(hidden)[1], first)
+    unseeded = layer("lsh", hash_seed=None)
+    unseeded.load_state_dict(attention.state_dict())
+    torch.manual_seed(1)
+    drawn = unseeded(hidden)[1]
+    torch.manual_seed(1)
+    assert torch.equal(unseeded(hidden)[1], drawn)
+    state = torch.get_rng_state()
+    attention(hidden)
+    assert torch.equal(torch.get_rng_state(), state)  # a seeded layer leaves torch's RNG alone
+
+
+def test_lsh_bucket_count_is_chosen_from_the_length_and_factorised_when_large():
+    from hf_plm_ext.modeling.rev_lsh.attention_rev_lsh import auto_num_buckets
+
+    assert auto_num_buckets(1024, 64, 4096) == 32
+    assert auto_num_buckets(65536, 64, 65536) == [32, 64]  # above 2 * max(sqrt(65536 / 64), 64) = 128
+
+
+@pytest.mark.parametrize("length", [1, 3, 16, 37, 64])
+def test_any_length_trains_and_the_padding_is_cut(length):
+    model = RevLSHForCausalLM(tiny_rev_lsh(lsh_attn_chunk_length=8, local_attn_chunk_length=4)).train()
+    ids = torch.randint(5, 99, (2, length))
+    outputs = model(ids, labels=ids, output_hidden_states=True)
+    assert outputs.logits.shape == (2, length, 99)
+    assert all(h.shape == (2, length, 64) for h in outputs.hidden_states)
+    outputs.loss.backward() if length > 1 else None
+    assert length == 1 or all(p.grad is not None for p in model.parameters())
+
+
+def test_a_padded_batch_gives_each_row_what_it_gives_alone():
+    """Right padding with a mask: a causal model of full and local layers gives the real tokens the unpadded row's
+    outputs (bidirectional local attention's first chunk looks back at the last one, circularly, as in trax)."""
+    model = RevLSHModel(tiny_rev_lsh(attn_layers=["local", "full"], is_decoder=True)).eval()
+    short = torch.randint(5, 99, (1, 9))
+    batch = torch.cat([short, torch.zeros(1, 6, dtype=torch.long)], dim=1)
+    mask = torch.tensor([[1] * 9 + [0] * 6])
+    with torch.no_grad():
+        torch.testing.assert_close(model(batch, attention_mask=mask).last_hidden_state[:, :9],
+                                   model(short).last_hidden_state)
+
+
+def test_bf16_autocast_and_fp16_masks_stay_finite():
+    model = RevLSHForMaskedLM(tiny_rev_lsh()).train()
+    ids = torch.randint(5, 99, (2, 21))
+    mask = torch.ones(2, 21, dtype=torch.long)
+    mask[0, 15:] = 0
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(ids, attention_mask=mask, labels=ids).loss
+    loss.backward()
+    assert torch.isfinite(loss) and all(torch.isfinite(p.grad).all() for p in model.parameters())
+    half = RevLSHForMaskedLM(tiny_rev_lsh()).half().eval()
+    with torch.no_grad():
+        logits = half(ids, attention_mask=mask).logits
+    assert logits.dtype == torch.float16 and torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("overrides,field", [
+    (dict(num_buckets=5), "num_buckets"),
+    (dict(num_buckets=[4, 3]), "num_buckets"),
+    (dict(lsh_attn_chunk_length=0), "lsh_attn_chunk_length"),
+    (dict(local_attn_chunk_length=100, max_position_embeddings=64), "local_attn_chunk_length"),
+    (dict(attn_layers=["lsh", "sparse"]), "attn_layers"),
+    (dict(position_embedding_type="axial", axial_pos_embds_dim=[8, 8]), "axial_pos_embds_dim"),
+])
+def test_a_bad_config_names_the_field(overrides, field):
+    with pytest.raises((ValueError, StrictDataclassError), match=field):
+        tiny_rev_lsh(**overrides)
+
+
+def test_a_padding_mask_of_the_wrong_shape_is_refused():
+    model = RevLSHModel(tiny_rev_lsh()).eval()
+    with pytest.raises(ValueError, match=r"attention_mask must be \[batch, seq\] = \[2, 9\]"):
+        model(torch.randint(5, 99, (2, 9)), attention_mask=torch.ones(2, 8))
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        model(torch.randint(5, 99, (1, 65)))
+
+
+def test_axial_positions_give_any_length_and_follow_the_factorisation():
+    config = tiny_rev_lsh(position_embedding_type="axial", axial_pos_shape=[8, 8], axial_pos_embds_dim=[12, 20])
+    model = RevLSHModel(config).train()
+    assert model(torch.randint(5, 99, (1, 13))).last_hidden_state.shape == (1, 13, 64)  # 13 is not 8 x 8
+    axial = model.embeddings.position_embeddings
+    encoding = axial(torch.tensor([[19]]))[0, 0]
+    torch.testing.assert_close(encoding, torch.cat([axial.weights[0][19 // 8, 0], axial.weights[1][0, 19 % 8]]))
+
+
+def test_from_size_and_the_layer_pattern():
+    config = RevLSHConfig.from_size("small", vocab_size=1000, num_hashes=4)
+    assert config.num_hidden_layers == 6 and config.num_hashes == 4 and config.hidden_size == 256
+    with pytest.raises(ValueError, match="size must be one of"):
+        RevLSHConfig.from_size("huge")
