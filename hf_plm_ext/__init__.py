@@ -10,7 +10,7 @@ from hf_plm_ext.registry import FAMILIES, register_families
 
 register_families()
 
-from hf_plm_ext.convert import export_as_bert, export_electra  # noqa: E402
+from hf_plm_ext.convert import convert_reformer, export_as_bert, export_electra  # noqa: E402
 from hf_plm_ext.data.correction_masking import DataCollatorForCorrectionMasking, add_word_ids, jieba_spans  # noqa: E402
 from hf_plm_ext.data.replaced_token_detection import SpecialTokensMaskCollator, rtd_metrics  # noqa: E402
 from hf_plm_ext.data.segment_streams import StreamSegments, tokenize_stream  # noqa: E402
@@ -75,5 +75,5 @@ __all__ = [
     "PretrainArguments", "pretrain",
     # evaluation, conversion, publishing
     "FinetuneArguments", "finetune", "rtd_metrics", "stream_perplexity", "evaluate_language_model",
-    "export_as_bert", "export_electra", "render_card", "push_checkpoint",
+    "export_as_bert", "export_electra", "convert_reformer", "render_card", "push_checkpoint",
 ]

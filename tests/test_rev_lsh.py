@@ -224,3 +224,45 @@ def test_from_size_and_the_layer_pattern():
     assert config.num_hidden_layers == 6 and config.num_hashes == 4 and config.hidden_size == 256
     with pytest.raises(ValueError, match="size must be one of"):
         RevLSHConfig.from_size("huge")
+
+
+REFORMER = dict(vocab_size=99, hidden_size=32, num_attention_heads=2, attention_head_size=16, feed_forward_size=64,
+                attn_layers=["local", "lsh", "local", "lsh"], lsh_attn_chunk_length=8, local_attn_chunk_length=4,
+                num_hashes=2, hash_seed=0, max_position_embeddings=64)
+
+
+@pytest.mark.parametrize("architecture,overrides", [
+    ("ReformerModelWithLMHead", dict(is_decoder=True, axial_pos_shape=[8, 8], axial_pos_embds_dim=[12, 20])),
+    ("ReformerForMaskedLM", dict(axial_pos_shape=[8, 8], axial_pos_embds_dim=[12, 20], num_buckets=[2, 2])),
+    ("ReformerForSequenceClassification", dict(axial_pos_embds=False, num_labels=3)),
+])
+def test_a_transformers_reformer_checkpoint_converts_with_the_same_logits(architecture, overrides, tmp_path, capsys):
+    import transformers
+    from transformers import AutoModel, ReformerConfig
+
+    from conftest import run_cli
+
+    torch.manual_seed(0)
+    reformer = getattr(transformers, architecture)(ReformerConfig(**{**REFORMER, **overrides})).eval()
+    for parameter in reformer.parameters():  # far from the init, so that every weight shows
+        torch.nn.init.normal_(parameter, std=0.5)
+    reformer.save_pretrained(tmp_path / "reformer")
+    code, stdout, stderr = run_cli(["convert", "reformer", tmp_path / "reformer", tmp_path / "rev"], capsys)
+    assert code == 0, stderr[-2000:]
+    auto_name = {"ReformerModelWithLMHead": "AutoModelForCausalLM", "ReformerForMaskedLM": "AutoModelForMaskedLM",
+                 "ReformerForSequenceClassification": "AutoModelForSequenceClassification"}[architecture]
+    converted = getattr(transformers, auto_name).from_pretrained(tmp_path / "rev").eval()
+    assert converted.config.model_type == "rev-lsh"
+    for length in (3, 37, 40):  # one chunk; padded inside (to 40) by both; chunked without padding
+        ids = torch.randint(0, 99, (2, length))
+        with torch.no_grad():
+            torch.testing.assert_close(converted(ids).logits, reformer(ids).logits, rtol=1e-5, atol=1e-5)
+    assert isinstance(AutoModel.from_pretrained(tmp_path / "rev"), RevLSHModel)
+
+
+def test_converting_something_else_is_refused_by_name(tmp_path, capsys):
+    from conftest import run_cli
+
+    RevLSHModel(tiny_rev_lsh()).save_pretrained(tmp_path / "not-reformer")
+    code, _, stderr = run_cli(["convert", "reformer", tmp_path / "not-reformer", tmp_path / "out"], capsys)
+    assert code == 2 and "model_type is 'rev-lsh', not 'reformer'" in stderr and not (tmp_path / "out").exists()

@@ -226,7 +226,10 @@ class LSHSelfAttention(nn.Module):
         out = out.view(batch, heads, num_hashes, seq, d)
         if num_hashes == 1:
             return out[:, :, 0], probs
-        round_weights = torch.softmax(logsumexp.view(batch, heads, num_hashes, seq, 1), dim=2)
+        # the reference's formula, not softmax: for a token that sees only itself (-1e5 in float32) the two differ
+        # by rounding, and converted checkpoints should give trax's and transformers' numbers
+        logsumexp = logsumexp.view(batch, heads, num_hashes, seq, 1)
+        round_weights = torch.exp(logsumexp - logsumexp.logsumexp(dim=2, keepdim=True))
         return (out * round_weights).sum(dim=2), probs
 
 
