@@ -40,3 +40,12 @@ def test_demo_with_transfo_xl_measures_perplexity_with_memory_and_reloads(tmp_pa
     assert "| generate | 30 sampled words after 'alice was beginning to' |" in (out / "demo_results.md").read_text()
     assert (out / "pretrained" / "modeling_transfo_xl.py").is_file()
     assert "| reload | remote code, max logit diff" in (out / "demo_results.md").read_text()
+
+
+def test_demo_with_rev_lsh_fine_tunes_a_reversible_lsh_encoder_and_reloads_it(tmp_path, capsys):
+    out = tmp_path / "demo"
+    code, stdout, stderr = run_cli(["demo", "--objective", "rev-lsh", "--output", out, "--pretrain-steps", 10,
+                                    "--finetune-epochs", 1], capsys)
+    assert code == 0, stderr[-3000:]
+    assert "RevLSHForSequenceClassification; max |logit difference| vs. this process: 0.00e+00" in stdout
+    assert (out / "sst2" / "attention_rev_lsh.py").is_file()  # the family's sibling file travels with it

@@ -170,7 +170,7 @@ def test_each_objective_has_its_own_flags_and_refuses_another_objectives(tmp_pat
     code, _, stderr = run_cli(base + ["--mem-len", 32], capsys)
     assert code == 2 and "`pretrain macbert` has no --mem-len (a flag of `pretrain transfo-xl`)" in stderr
     code, _, stderr = run_cli(base + ["--size=tiny"], capsys)
-    assert code == 2 and "--size (a flag of `pretrain electra / transfo-xl`)" in stderr
+    assert code == 2 and "--size (a flag of `pretrain electra / transfo-xl / rev-lsh`)" in stderr
     code, _, stderr = run_cli(["pretrain", "bert-nsp", "--corpus", "x"], capsys)
     assert code == 2 and "invalid choice: 'bert-nsp'" in stderr
     assert not any(tmp_path.iterdir())

@@ -266,3 +266,41 @@ def test_converting_something_else_is_refused_by_name(tmp_path, capsys):
     RevLSHModel(tiny_rev_lsh()).save_pretrained(tmp_path / "not-reformer")
     code, _, stderr = run_cli(["convert", "reformer", tmp_path / "not-reformer", tmp_path / "out"], capsys)
     assert code == 2 and "model_type is 'rev-lsh', not 'reformer'" in stderr and not (tmp_path / "out").exists()
+
+
+def test_pretrain_rev_lsh_masked_and_causal_then_finetune_from_the_command_line(tmp_path, english_tokenizer_dir,
+                                                                                shared_data, capsys):
+    import json
+
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    from conftest import run_cli
+    from hf_plm_ext import RevLSHForSequenceClassification, render_card
+
+    common = ["--corpus", shared_data / "corpus/en/gutenberg/11-0.txt", "--tokenizer", english_tokenizer_dir,
+              "--size", "tiny", "--max_seq_length", 512, "--max_steps", 20, "--learning_rate", 2e-3,
+              "--per_device_train_batch_size", 4, "--disable_tqdm", "true", "--report_to", "none"]
+    code, _, stderr = run_cli(["pretrain", "rev-lsh", *common, "--output", tmp_path / "mlm"], capsys)
+    assert code == 0, stderr[-3000:]
+    results = json.loads((tmp_path / "mlm/pretrain_results.json").read_text())
+    assert results["model_type"] == "rev-lsh" and results["final_eval_loss"] < results["initial_eval_loss"]
+    card = render_card(tmp_path / "mlm", repo_id="someone/rev-lsh-tiny")
+    assert "| layers (attention of each) | 2 (local, lsh) |" in card.text and "kitaev2020reformer" in card.text
+
+    code, stdout, stderr = run_cli(["finetune", "glue", "--task", "sst2", "--model", tmp_path / "mlm", "--output",
+                                    tmp_path / "sst2", "--data-dir", shared_data / "glue/SST-2",
+                                    "--max_train_samples", 32, "--max_steps", 2, "--disable_tqdm", "true",
+                                    "--report_to", "none"], capsys)
+    assert code == 0, stderr[-3000:]
+    assert isinstance(AutoModelForSequenceClassification.from_pretrained(tmp_path / "sst2"),
+                      RevLSHForSequenceClassification)
+
+    code, _, stderr = run_cli(["pretrain", "rev-lsh", *common, "--causal", "true", "--model", tmp_path / "mlm",
+                               "--output", tmp_path / "wrong"], capsys)
+    assert code == 2 and "is bidirectional: drop --causal to continue it" in stderr, stderr[-2000:]
+    code, _, stderr = run_cli(["pretrain", "rev-lsh", *common, "--causal", "true", "--output", tmp_path / "clm"],
+                              capsys)
+    assert code == 0, stderr[-3000:]
+    causal = AutoModelForCausalLM.from_pretrained(tmp_path / "clm").eval()
+    assert causal.config.is_decoder
+    assert causal.generate(torch.tensor([[5, 6, 7]]), max_new_tokens=4, do_sample=False).shape == (1, 7)

@@ -431,8 +431,10 @@ class RevLSHForCausalLM(_RevLSHWithLMHead, GenerationMixin):
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None,
-                shift_labels=None, num_hashes=None, output_hidden_states=None, output_attentions=None,
-                **kwargs) -> CausalLMOutput:
+                num_hashes=None, output_hidden_states=None, output_attentions=None, **kwargs) -> CausalLMOutput:
+        r"""``shift_labels`` (already shifted targets) may come in ``kwargs``, as transformers' causal LMs take it: not
+        a named argument, so that the ``Trainer`` counts ``labels`` alone as the label and evaluates the loss."""
+        shift_labels = kwargs.pop("shift_labels", None)
         logits, outputs = self._logits(input_ids, attention_mask, position_ids, inputs_embeds, num_hashes,
                                        output_hidden_states, output_attentions)
         loss = None

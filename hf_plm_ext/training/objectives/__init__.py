@@ -7,10 +7,12 @@ from hf_plm_ext.training.objectives.base import Objective, PretrainArguments
 from hf_plm_ext.training.objectives.electra import ElectraArguments, ElectraRTD
 from hf_plm_ext.training.objectives.macbert import MacBertArguments, MacBertPretraining
 from hf_plm_ext.training.objectives.mlm import MaskedLM, MaskedLMArguments
+from hf_plm_ext.training.objectives.rev_lsh import RevLSHArguments, RevLSHPretraining
 from hf_plm_ext.training.objectives.transfo_xl import TransfoXLArguments, TransfoXLLanguageModel
 
 OBJECTIVES: dict[str, type[Objective]] = {
-    objective.name: objective for objective in (MaskedLM, MacBertPretraining, ElectraRTD, TransfoXLLanguageModel)
+    objective.name: objective for objective in (MaskedLM, MacBertPretraining, ElectraRTD, TransfoXLLanguageModel,
+                                                RevLSHPretraining)
 }
 
 
@@ -24,4 +26,4 @@ def objective_for(args: PretrainArguments) -> Objective:
 
 __all__ = ["OBJECTIVES", "Objective", "PretrainArguments", "objective_for", "MaskedLM", "MaskedLMArguments",
            "MacBertPretraining", "MacBertArguments", "ElectraRTD", "ElectraArguments", "TransfoXLLanguageModel",
-           "TransfoXLArguments"]
+           "TransfoXLArguments", "RevLSHPretraining", "RevLSHArguments"]

@@ -1,0 +1,78 @@
+"""``rev-lsh``: long token blocks (4k-16k tokens of concatenated documents) for a reversible LSH model, masked-LM
+(BERT's 80/10/10 masking) or, with ``--causal``, next-token prediction."""
+
+from dataclasses import dataclass, field
+
+from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, DataCollatorForLanguageModeling
+
+from hf_plm_ext.data.token_blocks import token_blocks
+from hf_plm_ext.errors import UserInputError
+from hf_plm_ext.training.objectives.base import MaskedInputArguments, Objective
+
+SIZES = ("tiny", "small", "base")
+
+
+@dataclass
+class RevLSHArguments(MaskedInputArguments):
+    max_seq_length: int = field(default=4096, metadata={"help": "tokens per training example (any length; a "
+                                                                "fresh model's max_position_embeddings follows it)"})
+    size: str = field(default="small", metadata={"help": "a fresh model's size: tiny (2 x 32, for tests), small "
+                                                          "(6 x 256, local and LSH layers alternating), base "
+                                                          "(12 x 512, trax's enwik8 pattern)"})
+    causal: bool = field(default=False, metadata={"help": "causal language modelling (AutoModelForCausalLM) "
+                                                          "instead of masked LM"})
+    num_hashes: int | None = field(default=None, metadata={"help": "a fresh model's LSH rounds (default: 2)"})
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.size not in SIZES:
+            raise UserInputError(f"--size must be one of {', '.join(SIZES)}, got {self.size!r}")
+        if self.num_hashes is not None and self.num_hashes < 1:
+            raise UserInputError(f"--num_hashes must be at least 1, got {self.num_hashes}")
+
+
+class RevLSHPretraining(Objective):
+    name = "rev-lsh"
+    help = "reversible LSH models over long documents: masked LM, or causal LM with --causal"
+    arguments_class = RevLSHArguments
+    model_types = ("rev-lsh",)
+    card_fields = ("size", "causal", "max_seq_length", "mlm_probability", "num_hashes")
+    demo_training = dict(per_device_train_batch_size=4, per_device_eval_batch_size=8, learning_rate=1e-3,
+                         weight_decay=0.01)
+
+    @property
+    def head(self):
+        return AutoModelForCausalLM if self.args.causal else AutoModelForMaskedLM
+
+    def fresh_config(self, tokenizer):
+        from hf_plm_ext.modeling.rev_lsh import RevLSHConfig
+
+        if not self.args.causal and tokenizer.mask_token_id is None:
+            raise UserInputError("masked-LM pre-training needs a tokenizer with a mask token; pass --causal for "
+                                 "next-token prediction")
+        return RevLSHConfig.from_size(self.args.size, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+                                      max_position_embeddings=max(4096, self.args.max_seq_length),
+                                      is_decoder=self.args.causal, num_hashes=self.args.num_hashes or 2)
+
+    def check_checkpoint(self, config, where):
+        super().check_checkpoint(config, where)
+        if config.is_decoder != self.args.causal:  # before loading: the causal head would make any model causal
+            kind = "causal" if config.is_decoder else "bidirectional"
+            raise UserInputError(f"--model {where} is {kind}: {'pass' if config.is_decoder else 'drop'} "
+                                 f"--causal to continue it")
+
+    def collator(self, tokenizer, seed):
+        return DataCollatorForLanguageModeling(tokenizer, mlm=not self.args.causal,
+                                               mlm_probability=self.args.mlm_probability)
+
+    def build_data(self, tokenizer, training_args):
+        return token_blocks(self.args.corpus, tokenizer, self.args.max_seq_length, training_args.seed,
+                            self.args.validation_fraction)
+
+    @classmethod
+    def demo_arguments(cls, corpus, tokenizer, output, validation_corpus=None):
+        return RevLSHArguments(corpus=corpus, tokenizer=tokenizer, output=output, size="tiny", max_seq_length=512)
+
+    @classmethod
+    def demo_model(cls):
+        return "a tiny reversible LSH encoder (2 x 32, local + LSH layers) on 512-token blocks"
