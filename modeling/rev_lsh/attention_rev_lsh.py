@@ -157,18 +157,17 @@ class LSHSelfAttention(nn.Module):
             hidden_states, attention_mask, length = pad_to_multiple(hidden_states, attention_mask, self.chunk_length)
         query_keys = split_heads(self.query_key(hidden_states), self.num_heads)
         values = split_heads(self.value(hidden_states), self.num_heads)
-        keys = normalized_keys(query_keys)
         key_mask = None if attention_mask is None else attention_mask.bool()[:, None, :]
         seq = hidden_states.shape[1]
         if seq <= self.chunk_length:
             positions = torch.arange(seq, device=hidden_states.device)
-            out, _, probs = attend(query_keys, keys, values, positions, positions, key_mask, self.causal,
+            out, _, probs = attend(query_keys, normalized_keys(query_keys), values, positions, positions, key_mask, self.causal,
                                    self.dropout, self.training)
             return merge_heads(out)[:, :length], None, probs if output_attentions else None
         rotations = self.rotations(seq, num_hashes, query_keys)
         if buckets is None:
             buckets = self.hash(query_keys, rotations, attention_mask)
-        out, probs = self._attend_in_buckets(query_keys, keys, values, buckets, key_mask, num_hashes)
+        out, probs = self._attend_in_buckets(query_keys, values, buckets, key_mask, num_hashes)
         return merge_heads(out)[:, :length], buckets, probs if output_attentions else None
 
     def bucket_factors(self, seq):
@@ -200,14 +199,14 @@ class LSHSelfAttention(nn.Module):
         offsets = torch.arange(rotations.shape[2], device=buckets.device).view(1, 1, -1, 1) * total
         return buckets + offsets
 
-    def _attend_in_buckets(self, query_keys, keys, values, buckets, key_mask, num_hashes):
+    def _attend_in_buckets(self, query_keys, values, buckets, key_mask, num_hashes):
         batch, heads, seq, d = query_keys.shape
         flat_buckets = buckets.reshape(batch, heads, num_hashes * seq)
         order = flat_buckets.argsort(dim=-1, stable=True)  # by (round, bucket, position)
         positions = order % seq
         gather = positions.unsqueeze(-1).expand(-1, -1, -1, d)
         sorted_queries = into_chunks(query_keys.gather(2, gather), self.chunk_length)
-        sorted_keys = into_chunks(keys.gather(2, gather), self.chunk_length)
+        sorted_keys = normalized_keys(sorted_queries)  # normalising commutes with sorting: one gather fewer
         sorted_values = into_chunks(values.gather(2, gather), self.chunk_length)
         query_positions = into_chunks(positions, self.chunk_length)
         key_positions = look_adjacent(query_positions, self.chunks_before, self.chunks_after)

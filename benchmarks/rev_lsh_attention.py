@@ -1,0 +1,154 @@
+"""Issue 21, benchmark 1: one attention layer, forward + backward, d_model 256, 4 heads x 64, batch 1, over n.
+
+This package's ``LSHSelfAttention`` (2 hashes, chunks of 64, buckets chosen from n) against SDPA full attention
+(this package's ``FullSelfAttention``), transformers' ``LSHSelfAttention`` (same settings) and reformer-pytorch's
+``LSHSelfAttention`` (bucket 64, 2 hashes). Every point runs in a fresh process (for its peak memory); time is the
+median of ``--repeats`` steps after one warm-up step, peak memory the peak RSS growth over the warm-up step.
+
+    .venv/bin/python benchmarks/rev_lsh_attention.py --out benchmarks/results/rev_lsh_attention
+
+needs reformer-pytorch (``pip install reformer-pytorch==1.4.4``), psutil and matplotlib in the venv.
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+IMPLEMENTATIONS = ("ours_lsh", "sdpa_full", "hf_reformer_lsh", "lucid_lsh")
+LENGTHS = (1024, 2048, 4096, 8192, 16384, 32768)
+D_MODEL, HEADS, HEAD_SIZE, CHUNK, HASHES = 256, 4, 64, 64, 2
+
+
+def build(name, n):
+    import torch
+
+    if name == "ours_lsh":
+        from hf_plm_ext.modeling.rev_lsh import LSHSelfAttention
+
+        layer = LSHSelfAttention(D_MODEL, HEADS, HEAD_SIZE, chunk_length=CHUNK, num_hashes=HASHES,
+                                 max_position_embeddings=n)
+        return lambda x: layer(x)[0]
+    if name == "sdpa_full":
+        from hf_plm_ext.modeling.rev_lsh import FullSelfAttention
+
+        layer = FullSelfAttention(D_MODEL, HEADS, HEAD_SIZE)
+        return lambda x: layer(x)[0]
+    if name == "hf_reformer_lsh":
+        from transformers import ReformerConfig
+        from transformers.models.reformer.modeling_reformer import LSHSelfAttention
+
+        config = ReformerConfig(hidden_size=D_MODEL, num_attention_heads=HEADS, attention_head_size=HEAD_SIZE,
+                                lsh_attn_chunk_length=CHUNK, num_hashes=HASHES, max_position_embeddings=n)
+        layer = LSHSelfAttention(config)
+        return lambda x: layer(x).hidden_states
+    if name == "lucid_lsh":
+        from reformer_pytorch import LSHSelfAttention
+
+        layer = LSHSelfAttention(dim=D_MODEL, heads=HEADS, dim_head=HEAD_SIZE, bucket_size=CHUNK, n_hashes=HASHES)
+        return layer
+    raise ValueError(name)
+
+
+def one_point(name, n, repeats):
+    """Run in a fresh process: ``{"ms": median step, "all_ms": [...], "peak_mib": RSS growth}``."""
+    import psutil
+    import torch
+
+    torch.manual_seed(0)
+    process = psutil.Process()
+    forward = build(name, n)
+    x = torch.randn(1, n, D_MODEL, requires_grad=True)
+    baseline, peak, running = process.memory_info().rss, [0], [True]
+
+    def watch():
+        while running[0]:
+            peak[0] = max(peak[0], process.memory_info().rss)
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    forward(x).sum().backward()  # warm-up, and the memory point
+    running[0] = False
+    watcher.join()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        forward(x).sum().backward()
+        times.append(1000 * (time.perf_counter() - started))
+    return {"ms": statistics.median(times), "all_ms": [round(t, 1) for t in times],
+            "peak_mib": round((peak[0] - baseline) / 2 ** 20, 1)}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default="benchmarks/results/rev_lsh_attention")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--point", nargs=2, metavar=("IMPL", "N"), help=argparse.SUPPRESS)
+    parser.add_argument("--skip-full-above", type=int, default=16384, help="SDPA full attention up to this n")
+    args = parser.parse_args()
+    if args.point:
+        print("RESULT " + json.dumps(one_point(args.point[0], int(args.point[1]), args.repeats)))
+        return
+    results = []
+    for n in LENGTHS:
+        for name in IMPLEMENTATIONS:
+            if name == "sdpa_full" and n > args.skip_full_above:
+                continue
+            completed = subprocess.run([sys.executable, __file__, "--point", name, str(n), "--repeats",
+                                        str(args.repeats)], capture_output=True, text=True)
+            if completed.returncode != 0:
+                results.append({"impl": name, "n": n, "error": completed.stderr.strip().splitlines()[-1]})
+            else:
+                line = next(line for line in completed.stdout.splitlines() if line.startswith("RESULT "))
+                results.append({"impl": name, "n": n, **json.loads(line[7:])})
+            print(json.dumps(results[-1]), flush=True)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+    out.with_suffix(".md").write_text(table(results))
+    plot(results, out.with_suffix(".png"))
+
+
+def table(results) -> str:
+    lines = ["| impl | " + " | ".join(f"n={n}" for n in LENGTHS) + " |", "|---|" + "---:|" * len(LENGTHS)]
+    for name in IMPLEMENTATIONS:
+        cells = []
+        for n in LENGTHS:
+            point = next((r for r in results if r["impl"] == name and r["n"] == n), None)
+            cells.append("-" if point is None else "error" if "error" in point else
+                         f"{point['ms']:.0f} / {point['peak_mib']:.0f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "time (ms, median) / peak RSS growth (MiB), forward + backward\n\n" + "\n".join(lines) + "\n"
+
+
+def plot(results, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (time_axis, memory_axis) = plt.subplots(1, 2, figsize=(11, 4))
+    for name in IMPLEMENTATIONS:
+        points = [r for r in results if r["impl"] == name and "error" not in r]
+        lengths = [p["n"] for p in points]
+        time_axis.plot(lengths, [p["ms"] for p in points], marker="o", label=name)
+        memory_axis.plot(lengths, [p["peak_mib"] for p in points], marker="o", label=name)
+    for axis, label in ((time_axis, "forward + backward (ms)"), (memory_axis, "peak RSS growth (MiB)")):
+        axis.set_xscale("log", base=2)
+        axis.set_yscale("log")
+        axis.set_xlabel("sequence length n")
+        axis.set_ylabel(label)
+        axis.grid(True, which="both", alpha=0.3)
+    time_axis.legend()
+    figure.suptitle("one attention layer, d_model 256, 4 heads, batch 1 (2-core CPU)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+
+
+if __name__ == "__main__":
+    main()
