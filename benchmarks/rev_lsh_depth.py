@@ -1,0 +1,103 @@
+"""Issue 21, benchmark 2: activation memory and step time of 6 / 12 / 24 reversible layers against the same layers
+without the reversible function (``reversible=False``).
+
+d_model 256 per half, 4 heads x 64, FFN 1024, LSH layers (2 hashes, chunks of 64), n = 1024, batch 1, forward +
+backward of ``last_hidden_state.sum()``, no optimizer, as workload 3 of ../shared/notes/peers.md. Every point runs in
+a fresh process; activation peak = peak RSS growth over the first step minus the fp32 gradient bytes; time = median
+of ``--repeats`` later steps.
+
+    .venv/bin/python benchmarks/rev_lsh_depth.py --out benchmarks/results/rev_lsh_depth
+    .venv/bin/python benchmarks/rev_lsh_depth.py --malloc-mmap-threshold 65536 --out benchmarks/results/rev_lsh_depth_mmap
+
+With glibc's defaults freed blocks stay in the heap, so peak RSS also counts memory that was live at some point and
+then reused or fragmented; ``--malloc-mmap-threshold`` (``MALLOC_MMAP_THRESHOLD_`` for the point processes) gives
+blocks above it back at once, so RSS follows the live tensors more closely (and steps are slower).
+"""
+
+import os
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+DEPTHS = (6, 12, 24)
+
+
+def one_point(reversible, depth, repeats):
+    import psutil
+    import torch
+
+    from hf_plm_ext import RevLSHConfig, RevLSHModel
+
+    torch.manual_seed(0)
+    config = RevLSHConfig(vocab_size=320, hidden_size=256, num_attention_heads=4, attention_head_size=64,
+                          feed_forward_size=1024, attn_layers=["lsh"] * depth, num_hashes=2, lsh_attn_chunk_length=64,
+                          max_position_embeddings=1024, reversible=reversible, hidden_dropout_prob=0.0,
+                          lsh_attention_probs_dropout_prob=0.0)
+    model = RevLSHModel(config).train()
+    ids = torch.randint(0, 320, (1, 1024))
+    process = psutil.Process()
+    baseline, peak, running = process.memory_info().rss, [0], [True]
+
+    def watch():
+        while running[0]:
+            peak[0] = max(peak[0], process.memory_info().rss)
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    model(ids).last_hidden_state.sum().backward()
+    running[0] = False
+    watcher.join()
+    gradient_bytes = sum(p.numel() * 4 for p in model.parameters())
+    times = []
+    for _ in range(repeats):
+        model.zero_grad(set_to_none=False)
+        started = time.perf_counter()
+        model(ids).last_hidden_state.sum().backward()
+        times.append(1000 * (time.perf_counter() - started))
+    return {"ms": statistics.median(times), "all_ms": [round(t, 1) for t in times],
+            "activation_mib": round((peak[0] - baseline - gradient_bytes) / 2 ** 20, 1),
+            "peak_delta_mib": round((peak[0] - baseline) / 2 ** 20, 1)}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default="benchmarks/results/rev_lsh_depth")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--malloc-mmap-threshold", type=int, help="MALLOC_MMAP_THRESHOLD_ of the point processes")
+    parser.add_argument("--point", nargs=2, metavar=("REVERSIBLE", "DEPTH"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.point:
+        print("RESULT " + json.dumps(one_point(args.point[0] == "1", int(args.point[1]), args.repeats)))
+        return
+    env = dict(os.environ)
+    if args.malloc_mmap_threshold:
+        env["MALLOC_MMAP_THRESHOLD_"] = str(args.malloc_mmap_threshold)
+    results = []
+    for depth in DEPTHS:
+        for reversible in (True, False):
+            completed = subprocess.run([sys.executable, __file__, "--point", str(int(reversible)), str(depth),
+                                        "--repeats", str(args.repeats)], capture_output=True, text=True, check=True, env=env)
+            line = next(line for line in completed.stdout.splitlines() if line.startswith("RESULT "))
+            results.append({"reversible": reversible, "layers": depth,
+                            "malloc_mmap_threshold": args.malloc_mmap_threshold, **json.loads(line[7:])})
+            print(json.dumps(results[-1]), flush=True)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+    rows = ["| stack | " + " | ".join(f"L={d}" for d in DEPTHS) + " |", "|---|" + "---:|" * len(DEPTHS)]
+    for reversible, name in ((True, "ours, reversible"), (False, "ours, reversible=False (plain autograd)")):
+        cells = [next(f"{r['activation_mib']:.1f} / {r['ms']:.0f}" for r in results
+                      if r["reversible"] == reversible and r["layers"] == d) for d in DEPTHS]
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    out.with_suffix(".md").write_text("activation peak (MiB) / step time (ms)\n\n" + "\n".join(rows) + "\n")
+
+
+if __name__ == "__main__":
+    main()
