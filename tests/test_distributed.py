@@ -104,6 +104,22 @@ def test_electra_pretraining_on_two_processes(tmp_path, english_tokenizer_dir, s
     assert type(AutoModelForPreTraining.from_pretrained(out)).__name__ == "ElectraForRTDPreTraining"
 
 
+@pytest.mark.slow
+def test_reversible_lsh_pretraining_on_two_processes(tmp_path, english_tokenizer_dir, shared_data):
+    """The reversible stack under DDP: its parameters' gradients come out of one autograd node (no reentrant
+    backward, which DDP refused: "Expected to mark a variable ready only once")."""
+    out = tmp_path / "rev-lsh"
+    proc = _launch("torchrun", ["pretrain", "rev-lsh", "--corpus", shared_data / "corpus/en/gutenberg/11-0.txt",
+                                "--tokenizer", english_tokenizer_dir, "--size", "tiny", "--max_seq_length", 256,
+                                "--output", out, "--max_steps", 20, "--learning_rate", 2e-3,
+                                "--per_device_train_batch_size", 4], tmp_path, common=COMMON[4:])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = json.loads((out / "pretrain_results.json").read_text())
+    assert results["world_size"] == 2 and results["objective"] == "rev-lsh"
+    assert results["final_eval_loss"] < results["initial_eval_loss"]
+    assert type(AutoModelForMaskedLM.from_pretrained(out)).__name__ == "RevLSHForMaskedLM"
+
+
 # not slow (~15 s): the one default-run check that pre-training under torchrun trains one model across ranks
 def test_transfo_xl_pretraining_on_two_processes_with_gradient_accumulation(tmp_path, shared_data):
     from hf_plm_ext.data.tokenizer_training import train_tokenizer

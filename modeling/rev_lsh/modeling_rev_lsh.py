@@ -198,26 +198,39 @@ class RevLSHLayer(GradientCheckpointingLayer):
         record["feed_forward_rng"] = RNGState(y1.device)
         return y1, x2 + self.feed_forward(y1), probs, record
 
-    def backward_pass(self, y1, y2, grad_y1, grad_y2, attention_mask, num_hashes, record):
-        """From this layer's outputs and their gradients, ``(x1, x2, grad_x1, grad_x2)``; the parameters'
-        gradients are accumulated on the way (RevNet's backward, Gomez et al., 2017)."""
+    def backward_pass(self, y1, y2, grad_y1, grad_y2, attention_mask, num_hashes, record, parameter_grads):
+        """From this layer's outputs and their gradients, ``(x1, x2, grad_x1, grad_x2)`` (RevNet's backward, Gomez
+        et al., 2017); the gradients of the layer's parameters are added to ``parameter_grads`` ({id(parameter):
+        gradient}), not to ``.grad``, so that autograd hands them on once, as for any input (DDP counts on it)."""
         with torch.enable_grad():
             y1 = y1.detach().requires_grad_()
             with record["feed_forward_rng"].restored():
                 feed_forward = self.feed_forward(y1)
-            torch.autograd.backward(feed_forward, grad_y2)
+            (grad_through_y1,) = _grads(feed_forward, y1, grad_y2, self.feed_forward, parameter_grads)
         with torch.no_grad():
             x2 = y2 - feed_forward
-            grad_y1 = grad_y1 + y1.grad
+            grad_y1 = grad_y1 + grad_through_y1
         with torch.enable_grad():
             x2 = x2.detach().requires_grad_()
             with record["attention_rng"].restored():
                 attention, _, _ = self.attention(x2, attention_mask, buckets=record["buckets"], num_hashes=num_hashes)
-            torch.autograd.backward(attention, grad_y1)
+            (grad_through_x2,) = _grads(attention, x2, grad_y1, self.attention, parameter_grads)
         with torch.no_grad():
             x1 = y1 - attention
-            grad_x2 = grad_y2 + x2.grad
+            grad_x2 = grad_y2 + grad_through_x2
         return x1.detach(), x2.detach(), grad_y1, grad_x2
+
+
+def _grads(output, input, grad_output, module, parameter_grads):
+    """``(d input,)`` of ``output`` given ``grad_output``; the module's parameters' gradients go to
+    ``parameter_grads``."""
+    parameters = [p for p in module.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(output, [input, *parameters], grad_output, allow_unused=True)
+    for parameter, grad in zip(parameters, grads[1:]):
+        if grad is not None:
+            key = id(parameter)
+            parameter_grads[key] = grad if key not in parameter_grads else parameter_grads[key] + grad
+    return grads[:1]
 
 
 class ReversibleFunction(torch.autograd.Function):
@@ -226,7 +239,9 @@ class ReversibleFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden_states, layers, attention_mask, num_hashes, output_hidden_states, output_attentions,
-                collected):
+                collected, *parameters):
+        """``parameters``: the layers' trainable parameters, inputs of the node so that their gradients are its
+        outputs in backward (one autograd pass: DDP's hooks fire once, no reentrant backward)."""
         x1, x2 = hidden_states.chunk(2, dim=-1)
         records = []
         for layer in layers:
@@ -237,6 +252,7 @@ class ReversibleFunction(torch.autograd.Function):
             if output_attentions:
                 collected["attentions"].append(probs)
         ctx.layers, ctx.records, ctx.attention_mask, ctx.num_hashes = layers, records, attention_mask, num_hashes
+        ctx.parameters = parameters
         ctx.save_for_backward(x1, x2)
         return torch.cat([x1, x2], dim=-1)
 
@@ -244,10 +260,12 @@ class ReversibleFunction(torch.autograd.Function):
     def backward(ctx, grad_hidden_states):
         y1, y2 = ctx.saved_tensors
         grad_y1, grad_y2 = grad_hidden_states.chunk(2, dim=-1)
+        parameter_grads = {}
         for layer, record in zip(reversed(ctx.layers), reversed(ctx.records)):
             y1, y2, grad_y1, grad_y2 = layer.backward_pass(y1, y2, grad_y1, grad_y2, ctx.attention_mask,
-                                                           ctx.num_hashes, record)
-        return torch.cat([grad_y1, grad_y2], dim=-1), None, None, None, None, None, None
+                                                           ctx.num_hashes, record, parameter_grads)
+        return (torch.cat([grad_y1, grad_y2], dim=-1), None, None, None, None, None, None,
+                *(parameter_grads.get(id(parameter)) for parameter in ctx.parameters))
 
 
 def chunk_multiple(config) -> tuple[int, int]:
@@ -359,9 +377,10 @@ class RevLSHModel(RevLSHPreTrainedModel):
         """``(hidden states: the embeddings twice, then every layer's output, attentions)``."""
         stacked = torch.cat([hidden, hidden], dim=-1)
         collected = {"hidden_states": [stacked], "attentions": []}
-        if self.config.reversible and torch.is_grad_enabled() and stacked.requires_grad:
+        parameters = [p for p in self.layers.parameters() if p.requires_grad]
+        if self.config.reversible and torch.is_grad_enabled() and (stacked.requires_grad or parameters):
             last = ReversibleFunction.apply(stacked, list(self.layers), attention_mask, num_hashes,
-                                            output_hidden_states, output_attentions, collected)
+                                            output_hidden_states, output_attentions, collected, *parameters)
         else:
             x1, x2 = hidden, hidden
             for layer in self.layers:
