@@ -15,9 +15,10 @@ import json
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
+
+from peak_rss import peak_rss_growth
 
 IMPLEMENTATIONS = ("ours_lsh", "sdpa_full", "hf_reformer_lsh", "lucid_lsh")
 LENGTHS = (1024, 2048, 4096, 8192, 16384, 32768)
@@ -56,32 +57,19 @@ def build(name, n):
 
 def one_point(name, n, repeats):
     """Run in a fresh process: ``{"ms": median step, "all_ms": [...], "peak_mib": RSS growth}``."""
-    import psutil
     import torch
 
     torch.manual_seed(0)
-    process = psutil.Process()
     forward = build(name, n)
     x = torch.randn(1, n, D_MODEL, requires_grad=True)
-    baseline, peak, running = process.memory_info().rss, [0], [True]
-
-    def watch():
-        while running[0]:
-            peak[0] = max(peak[0], process.memory_info().rss)
-            time.sleep(0.002)
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    forward(x).sum().backward()  # warm-up, and the memory point
-    running[0] = False
-    watcher.join()
+    _, peak_bytes = peak_rss_growth(lambda: forward(x).sum().backward())  # warm-up, and the memory point
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
         forward(x).sum().backward()
         times.append(1000 * (time.perf_counter() - started))
     return {"ms": statistics.median(times), "all_ms": [round(t, 1) for t in times],
-            "peak_mib": round((peak[0] - baseline) / 2 ** 20, 1)}
+            "peak_mib": round(peak_bytes / 2 ** 20, 1)}
 
 
 def main():

@@ -14,22 +14,21 @@ then reused or fragmented; ``--malloc-mmap-threshold`` (``MALLOC_MMAP_THRESHOLD_
 blocks above it back at once, so RSS follows the live tensors more closely (and steps are slower).
 """
 
-import os
-
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
+
+from peak_rss import peak_rss_growth
 
 DEPTHS = (6, 12, 24)
 
 
 def one_point(reversible, depth, repeats):
-    import psutil
     import torch
 
     from hf_plm_ext import RevLSHConfig, RevLSHModel
@@ -41,19 +40,7 @@ def one_point(reversible, depth, repeats):
                           lsh_attention_probs_dropout_prob=0.0)
     model = RevLSHModel(config).train()
     ids = torch.randint(0, 320, (1, 1024))
-    process = psutil.Process()
-    baseline, peak, running = process.memory_info().rss, [0], [True]
-
-    def watch():
-        while running[0]:
-            peak[0] = max(peak[0], process.memory_info().rss)
-            time.sleep(0.002)
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    model(ids).last_hidden_state.sum().backward()
-    running[0] = False
-    watcher.join()
+    _, peak_bytes = peak_rss_growth(lambda: model(ids).last_hidden_state.sum().backward())
     gradient_bytes = sum(p.numel() * 4 for p in model.parameters())
     times = []
     for _ in range(repeats):
@@ -62,8 +49,8 @@ def one_point(reversible, depth, repeats):
         model(ids).last_hidden_state.sum().backward()
         times.append(1000 * (time.perf_counter() - started))
     return {"ms": statistics.median(times), "all_ms": [round(t, 1) for t in times],
-            "activation_mib": round((peak[0] - baseline - gradient_bytes) / 2 ** 20, 1),
-            "peak_delta_mib": round((peak[0] - baseline) / 2 ** 20, 1)}
+            "activation_mib": round((peak_bytes - gradient_bytes) / 2 ** 20, 1),
+            "peak_delta_mib": round(peak_bytes / 2 ** 20, 1)}
 
 
 def main():

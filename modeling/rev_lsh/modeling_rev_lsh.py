@@ -12,6 +12,7 @@ padding and cuts it from every output.
 """
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -23,7 +24,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import CausalLMOutput, MaskedLMOutput, SequenceClassifierOutput
 from transformers.utils import ModelOutput, can_return_tuple, logging
 
-from .attention_rev_lsh import FullSelfAttention, LocalSelfAttention, LSHSelfAttention
+from .attention_rev_lsh import FullSelfAttention, LocalSelfAttention, LSHSelfAttention, check_attention_mask
 from .configuration_rev_lsh import RevLSHConfig
 
 logger = logging.get_logger(__name__)
@@ -155,22 +156,14 @@ class RNGState:
         self.cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
         self.device = device
 
+    @contextmanager
     def restored(self):
         """A context in which torch's RNG continues from this state (and is as before afterwards)."""
-        devices = [self.device] if self.cuda is not None else []
-        context = torch.random.fork_rng(devices=devices)
-
-        class Restored:
-            def __enter__(inner):
-                context.__enter__()
-                torch.set_rng_state(self.cpu)
-                if self.cuda is not None:
-                    torch.cuda.set_rng_state(self.cuda, self.device)
-
-            def __exit__(inner, *exc):
-                return context.__exit__(*exc)
-
-        return Restored()
+        with torch.random.fork_rng(devices=[self.device] if self.cuda is not None else []):
+            torch.set_rng_state(self.cpu)
+            if self.cuda is not None:
+                torch.cuda.set_rng_state(self.cuda, self.device)
+            yield
 
 
 class RevLSHLayer(GradientCheckpointingLayer):
@@ -181,22 +174,17 @@ class RevLSHLayer(GradientCheckpointingLayer):
         self.attention = RevLSHAttentionBlock(config, kind)
         self.feed_forward = RevLSHFeedForward(config)
 
-    def forward(self, x1, x2, attention_mask=None, num_hashes=None, output_attentions=False):
-        """``(y1, y2, attention probabilities or None)``, each half ``[batch, seq, hidden]``: the plain
-        (non-reversible) step, under ordinary autograd."""
-        attention, _, probs = self.attention(x2, attention_mask, num_hashes=num_hashes,
-                                             output_attentions=output_attentions)
+    def forward(self, x1, x2, attention_mask=None, num_hashes=None, output_attentions=False, record=None):
+        """``(y1, y2, attention probabilities or None)``, each half ``[batch, seq, hidden]``. ``record``: a dict
+        that receives what :meth:`backward_pass` needs to recompute the step (the buckets and RNG states)."""
+        if record is not None:
+            record["attention_rng"] = RNGState(x2.device)
+        attention, buckets, probs = self.attention(x2, attention_mask, num_hashes=num_hashes,
+                                                   output_attentions=output_attentions)
         y1 = x1 + attention
+        if record is not None:
+            record["buckets"], record["feed_forward_rng"] = buckets, RNGState(y1.device)
         return y1, x2 + self.feed_forward(y1), probs
-
-    def forward_recording(self, x1, x2, attention_mask, num_hashes, output_attentions):
-        """The same step, returning also what backward needs to recompute it: the buckets and RNG states."""
-        record = {"attention_rng": RNGState(x2.device)}
-        attention, record["buckets"], probs = self.attention(x2, attention_mask, num_hashes=num_hashes,
-                                                             output_attentions=output_attentions)
-        y1 = x1 + attention
-        record["feed_forward_rng"] = RNGState(y1.device)
-        return y1, x2 + self.feed_forward(y1), probs, record
 
     def backward_pass(self, y1, y2, grad_y1, grad_y2, attention_mask, num_hashes, record, parameter_grads):
         """From this layer's outputs and their gradients, ``(x1, x2, grad_x1, grad_x2)`` (RevNet's backward, Gomez
@@ -245,8 +233,8 @@ class ReversibleFunction(torch.autograd.Function):
         x1, x2 = hidden_states.chunk(2, dim=-1)
         records = []
         for layer in layers:
-            x1, x2, probs, record = layer.forward_recording(x1, x2, attention_mask, num_hashes, output_attentions)
-            records.append(record)
+            records.append({})
+            x1, x2, probs = layer(x1, x2, attention_mask, num_hashes, output_attentions, record=records[-1])
             if output_hidden_states:
                 collected["hidden_states"].append(torch.cat([x1, x2], dim=-1))
             if output_attentions:
@@ -334,9 +322,7 @@ class RevLSHModel(RevLSHPreTrainedModel):
             self.config.output_hidden_states
         output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
         reference = input_ids if input_ids is not None else inputs_embeds
-        if attention_mask is not None and attention_mask.shape != reference.shape[:2]:
-            raise ValueError(f"attention_mask must be [batch, seq] = {list(reference.shape[:2])}, got "
-                             f"{list(attention_mask.shape)}")
+        check_attention_mask(attention_mask, reference)  # here, before the padding to the chunks
         length = reference.shape[1]
         if position_ids is None:
             position_ids = torch.arange(length, device=reference.device).unsqueeze(0).expand(reference.shape[0], -1)

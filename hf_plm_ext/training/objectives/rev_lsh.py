@@ -5,9 +5,9 @@ from dataclasses import dataclass, field
 
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, DataCollatorForLanguageModeling
 
-from hf_plm_ext.data.token_blocks import token_blocks
 from hf_plm_ext.errors import UserInputError
-from hf_plm_ext.training.objectives.base import MaskedInputArguments, Objective
+from hf_plm_ext.training.objectives.base import MaskedInputArguments
+from hf_plm_ext.training.objectives.mlm import MaskedLM
 
 SIZES = ("tiny", "small", "base")
 
@@ -31,7 +31,9 @@ class RevLSHArguments(MaskedInputArguments):
             raise UserInputError(f"--num_hashes must be at least 1, got {self.num_hashes}")
 
 
-class RevLSHPretraining(Objective):
+class RevLSHPretraining(MaskedLM):
+    """``mlm``'s token blocks; its own config, head and collator."""
+
     name = "rev-lsh"
     help = "reversible LSH models over long documents: masked LM, or causal LM with --causal"
     arguments_class = RevLSHArguments
@@ -64,10 +66,6 @@ class RevLSHPretraining(Objective):
     def collator(self, tokenizer, seed):
         return DataCollatorForLanguageModeling(tokenizer, mlm=not self.args.causal,
                                                mlm_probability=self.args.mlm_probability)
-
-    def build_data(self, tokenizer, training_args):
-        return token_blocks(self.args.corpus, tokenizer, self.args.max_seq_length, training_args.seed,
-                            self.args.validation_fraction)
 
     @classmethod
     def demo_arguments(cls, corpus, tokenizer, output, validation_corpus=None):
