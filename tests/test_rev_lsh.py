@@ -173,6 +173,60 @@ def test_a_padded_batch_gives_each_row_what_it_gives_alone():
                                    model(short).last_hidden_state)
 
 
+def step_by_step(model, ids, prompt_length, attention_mask=None):
+    """Logits of each position after the prompt, decoded one token at a time from the cache, beside those of the
+    last position of a call over the sequence up to it (no cache)."""
+    decoded, recomputed = [], []
+    with torch.no_grad():
+        mask = None if attention_mask is None else attention_mask[:, :prompt_length]
+        cache = model(ids[:, :prompt_length], attention_mask=mask, use_cache=True).cache
+        for position in range(prompt_length, ids.shape[1]):
+            mask = None if attention_mask is None else attention_mask[:, :position + 1]
+            decoded.append(model(ids[:, position:position + 1], attention_mask=mask, cache=cache).logits[:, 0])
+            recomputed.append(model(ids[:, :position + 1], attention_mask=mask, use_cache=False).logits[:, -1])
+    return torch.stack(decoded, 1), torch.stack(recomputed, 1)
+
+
+def test_decoding_from_the_cache_equals_recomputing_for_full_and_local_layers_and_a_padded_prompt():
+    torch.manual_seed(0)
+    model = RevLSHForCausalLM(tiny_rev_lsh(attn_layers=["local", "full", "local"])).eval()
+    ids = torch.randint(5, 99, (2, 23))
+    mask = torch.ones(2, 23, dtype=torch.long)
+    mask[1, :3] = 0  # left padding, as a batched prompt has
+    decoded, recomputed = step_by_step(model, ids, 3, mask)  # from one chunk to six: the circular look-back too
+    torch.testing.assert_close(decoded, recomputed, atol=1e-5, rtol=1e-4)
+    with torch.no_grad():  # several new tokens in one call: the same as one at a time
+        cache = model(ids[:, :5], use_cache=True).cache
+        together = model(ids[:, 5:12], cache=cache).logits
+    torch.testing.assert_close(together, model(ids[:, :12], use_cache=False).logits[:, 5:], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("num_hashes", [1, 3])
+def test_an_lsh_layer_decodes_what_the_last_position_of_a_recompute_gives(num_hashes):
+    """One LSH layer (fixed rotations and bucket count): each decoded token equals the recompute's last position,
+    through the sorted chunks, their look-back across rounds and the round combination."""
+    torch.manual_seed(0)
+    model = RevLSHForCausalLM(tiny_rev_lsh(attn_layers=["lsh"], num_buckets=4, num_hashes=num_hashes)).eval()
+    ids = torch.randint(5, 99, (2, 30))
+    decoded, recomputed = step_by_step(model, ids, 2)
+    torch.testing.assert_close(decoded, recomputed, atol=1e-5, rtol=1e-4)
+
+
+def test_generate_uses_the_cache_and_a_bidirectional_model_refuses_one():
+    torch.manual_seed(0)
+    model = RevLSHForCausalLM(tiny_rev_lsh(attn_layers=["local", "full"])).eval()
+    prompt = torch.randint(5, 99, (2, 5))
+    calls = []
+    model.register_forward_pre_hook(lambda module, args, kwargs: calls.append(kwargs["input_ids"].shape[1]),
+                                    with_kwargs=True)
+    cached = model.generate(prompt, max_new_tokens=8, do_sample=False, num_beams=2)
+    assert calls[0] == 5 and set(calls[1:]) == {1}  # the prompt once, then one token a step
+    assert torch.equal(cached, model.generate(prompt, max_new_tokens=8, do_sample=False, num_beams=2,
+                                              use_cache=False))
+    with pytest.raises(ValueError, match="causal"):
+        RevLSHModel(tiny_rev_lsh())(prompt, use_cache=True)
+
+
 def test_bf16_autocast_and_fp16_masks_stay_finite():
     model = RevLSHForMaskedLM(tiny_rev_lsh()).train()
     ids = torch.randint(5, 99, (2, 21))

@@ -2,6 +2,8 @@ from .attention_rev_lsh import FullSelfAttention, LocalSelfAttention, LSHSelfAtt
 from .configuration_rev_lsh import RevLSHConfig
 from .modeling_rev_lsh import (
     ReversibleFunction,
+    RevLSHCache,
+    RevLSHCausalLMOutput,
     RevLSHForCausalLM,
     RevLSHForMaskedLM,
     RevLSHForSequenceClassification,
@@ -11,5 +13,5 @@ from .modeling_rev_lsh import (
 )
 
 __all__ = ["RevLSHConfig", "RevLSHModel", "RevLSHForMaskedLM", "RevLSHForCausalLM", "RevLSHForSequenceClassification",
-           "RevLSHPreTrainedModel", "RevLSHModelOutput",
+           "RevLSHPreTrainedModel", "RevLSHModelOutput", "RevLSHCausalLMOutput", "RevLSHCache",
            "LSHSelfAttention", "LocalSelfAttention", "FullSelfAttention", "ReversibleFunction"]

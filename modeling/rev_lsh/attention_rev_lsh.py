@@ -10,6 +10,10 @@ fresh random rotation per round (``argmax([xR; -xR])``), sorts by (round, bucket
 chunks and ``chunks_before`` / ``chunks_after`` neighbours (circularly, as the reference does), forbids a token
 to attend to itself unless nothing else is left, and combines the rounds by their log-sum-exp. Local attention
 is the same chunking by position with separate query / key / value projections.
+
+Causal layers also decode one token at a time from a cache (a dict per layer that the first call fills; see
+``RevLSHCache``): the new token attends exactly as it would as the last position of a call over the whole
+sequence, for LSH too, given the cached rotations.
 """
 
 import math
@@ -69,6 +73,27 @@ def pad_to_multiple(hidden_states, attention_mask, multiple):
     hidden_states = nn.functional.pad(hidden_states, (0, 0, 0, missing))
     attention_mask = nn.functional.pad(attention_mask, (0, missing))
     return hidden_states, attention_mask, length
+
+
+def chunk_padded_length(seq, chunk_length):
+    """The length a layer with this chunk length pads ``seq`` to (none when one chunk holds it)."""
+    return seq if seq <= chunk_length else seq + (-seq % chunk_length)
+
+
+def neighbour_slots(query_slots, chunk_length, num_chunks, before, after):
+    """The slots of the keys a query in slot ``query_slots`` (long, any shape) sees in a chunked order: its
+    chunk and ``before`` / ``after`` neighbours, circularly (as :func:`look_adjacent`). Shape: ``[*query_slots.shape,
+    chunk_length * (1 + before + after)]``."""
+    shifts = torch.arange(-before, after + 1, device=query_slots.device)
+    chunks = (query_slots.unsqueeze(-1) // chunk_length + shifts) % num_chunks
+    return (chunks.unsqueeze(-1) * chunk_length + torch.arange(chunk_length, device=query_slots.device)).flatten(-2)
+
+
+def extend_cache(cache, **new):
+    """Append each ``[batch, heads, new, ...]`` tensor to the cached one along the sequence (dim 2)."""
+    for name, tensor in new.items():
+        cache[name] = torch.cat([cache[name], tensor], dim=2)
+    return [cache[name] for name in new]
 
 
 def check_attention_mask(attention_mask, hidden_states):
@@ -146,10 +171,17 @@ class LSHSelfAttention(nn.Module):
         self.value = nn.Linear(hidden_size, num_heads * head_size, bias=False)
 
     def forward(self, hidden_states, attention_mask=None, buckets=None, num_hashes=None, output_attentions=False,
-                **unused):
+                cache=None, padded_length=None, **unused):
         """``(out [batch, seq, heads * head_size], buckets, probabilities or None)``; ``buckets``
         ``[batch, heads, num_hashes, padded seq]`` (None when the sequence is attended fully) can be passed back to
-        recompute the same attention (the reversible backward does)."""
+        recompute the same attention (the reversible backward does).
+
+        ``cache``: an empty dict to fill with this call's keys, values, buckets and rotations; a filled one to
+        decode ``hidden_states`` (one new token) after them, ``attention_mask`` then covering the cached tokens
+        and the new one, ``padded_length`` the length a whole-sequence call would pad to (default: this layer's
+        chunk multiple)."""
+        if cache:
+            return self.decode(hidden_states, attention_mask, cache, padded_length), None, None
         check_attention_mask(attention_mask, hidden_states)
         num_hashes = num_hashes or self.num_hashes
         length = hidden_states.shape[1]
@@ -160,15 +192,71 @@ class LSHSelfAttention(nn.Module):
         key_mask = None if attention_mask is None else attention_mask.bool()[:, None, :]
         seq = hidden_states.shape[1]
         if seq <= self.chunk_length:
+            if cache is not None:
+                self._fill_cache(cache, query_keys, values, length, num_hashes)
             positions = torch.arange(seq, device=hidden_states.device)
-            out, _, probs = attend(query_keys, normalized_keys(query_keys), values, positions, positions, key_mask, self.causal,
-                                   self.dropout, self.training)
+            out, _, probs = attend(query_keys, normalized_keys(query_keys), values, positions, positions, key_mask,
+                                   self.causal, self.dropout, self.training)
             return merge_heads(out)[:, :length], None, probs if output_attentions else None
         rotations = self.rotations(seq, num_hashes, query_keys)
         if buckets is None:
             buckets = self.hash(query_keys, rotations, attention_mask)
+        if cache is not None:
+            self._fill_cache(cache, query_keys, values, length, num_hashes, rotations)
         out, probs = self._attend_in_buckets(query_keys, values, buckets, key_mask, num_hashes)
         return merge_heads(out)[:, :length], buckets, probs if output_attentions else None
+
+    def _fill_cache(self, cache, query_keys, values, length, num_hashes, rotations=None):
+        """The cache of the first ``length`` positions. A sequence attended fully (no rotations drawn) gets the
+        rotations of a two-chunk one, for the longer sequence decoding makes."""
+        seq = query_keys.shape[2] if rotations is not None else 2 * self.chunk_length
+        factors = self.bucket_factors(seq)
+        if rotations is None:
+            rotations = self.rotations(seq, num_hashes, query_keys)
+        query_keys, values = query_keys[:, :, :length], values[:, :, :length]
+        raw_buckets, _ = self.raw_buckets(query_keys, rotations, factors)
+        cache.update(query_keys=query_keys, values=values, buckets=raw_buckets.transpose(2, 3), rotations=rotations,
+                     factors=factors)
+
+    def decode(self, hidden_states, attention_mask, cache, padded_length=None):
+        """One new token ``[batch, 1, hidden]`` after the cached ones: ``[batch, 1, heads * head_size]``, what the
+        last position of a call over the whole (causal) sequence gives with the cached rotations. The bucket count
+        stays the one of the first call (a whole-sequence call may choose another for the longer length)."""
+        query_key = split_heads(self.query_key(hidden_states), self.num_heads)
+        new_buckets, total = self.raw_buckets(query_key, cache["rotations"], cache["factors"])
+        query_keys, values, buckets = extend_cache(cache, query_keys=query_key,
+                                                   values=split_heads(self.value(hidden_states), self.num_heads),
+                                                   buckets=new_buckets.transpose(2, 3))
+        batch, heads, seq, d = query_keys.shape
+        padded = padded_length or chunk_padded_length(seq, self.chunk_length)
+        mask = (torch.ones(batch, seq, dtype=torch.bool, device=query_keys.device) if attention_mask is None
+                else attention_mask.bool())
+        if padded <= self.chunk_length:
+            positions = torch.arange(seq, device=query_keys.device)
+            out, _, _ = attend(query_key, normalized_keys(query_keys), values, positions[-1:], positions,
+                               mask[:, None, :], self.causal, 0.0, False)
+            return merge_heads(out)
+        missing = padded - seq
+        keys = nn.functional.pad(normalized_keys(query_keys), (0, 0, 0, missing))
+        values = nn.functional.pad(values, (0, 0, 0, missing))
+        mask = nn.functional.pad(mask, (0, missing))
+        rounds = buckets.shape[-1]
+        order = offset_buckets(nn.functional.pad(buckets.transpose(2, 3), (0, missing)), total, mask).flatten(2) \
+            .argsort(dim=-1, stable=True)
+        query_slots = order.argsort(dim=-1)[..., seq - 1 + padded * torch.arange(rounds, device=order.device)]
+        slots = neighbour_slots(query_slots, self.chunk_length, rounds * padded // self.chunk_length,
+                                self.chunks_before, self.chunks_after)  # [batch, heads, rounds, keys]
+        key_positions = order.gather(2, slots.flatten(2)).view(slots.shape) % padded
+        gather = lambda x: x.gather(2, key_positions.flatten(2).unsqueeze(-1).expand(-1, -1, -1, d)).view(  # noqa: E731
+            *slots.shape, d)
+        key_mask = mask[:, None, :].expand(batch, heads, padded).gather(2, key_positions.flatten(2)).view(slots.shape)
+        query_positions = torch.full((*slots.shape[:3], 1), seq - 1, device=order.device)
+        out, logsumexp, _ = attend(query_key.unsqueeze(2).expand(-1, -1, rounds, -1, -1), gather(keys),
+                                   gather(values), query_positions, key_positions, key_mask, self.causal, 0.0, False)
+        if rounds == 1:
+            return merge_heads(out[:, :, 0])
+        round_weights = torch.exp(logsumexp - logsumexp.logsumexp(dim=2, keepdim=True)).unsqueeze(-1)
+        return merge_heads((out * round_weights).sum(dim=2))
 
     def bucket_factors(self, seq):
         num_buckets = self.num_buckets or auto_num_buckets(seq, self.chunk_length, self.max_position_embeddings)
@@ -187,17 +275,19 @@ class LSHSelfAttention(nn.Module):
     def hash(self, query_keys, rotations, attention_mask=None):
         """Bucket of every position in every round: ``[batch, heads, num_hashes, seq]`` (long; round r's buckets
         offset by r times the bucket count, so rounds never mix; padding in a bucket of its own)."""
+        return offset_buckets(*self.raw_buckets(query_keys, rotations, self.bucket_factors(query_keys.shape[2])),
+                              attention_mask)
+
+    @staticmethod
+    def raw_buckets(query_keys, rotations, factors):
+        """``(buckets [batch, heads, num_hashes, seq] in [0, total), total)``: ``argmax([xR; -xR])`` per factor."""
         rotated = torch.einsum("bhsd,hdrk->bhrsk", query_keys.detach(), rotations)
         buckets, start, total = 0, 0, 1
-        for factor in self.bucket_factors(query_keys.shape[2]):
+        for factor in factors:
             part = rotated[..., start:start + factor // 2]
             buckets = buckets + total * torch.cat([part, -part], dim=-1).argmax(dim=-1)
             start, total = start + factor // 2, total * factor
-        if attention_mask is not None:  # (where nothing is padding the order is the same as without the bucket)
-            buckets = buckets.masked_fill(~attention_mask.bool()[:, None, None, :], total)
-            total += 1
-        offsets = torch.arange(rotations.shape[2], device=buckets.device).view(1, 1, -1, 1) * total
-        return buckets + offsets
+        return buckets, total
 
     def _attend_in_buckets(self, query_keys, values, buckets, key_mask, num_hashes):
         batch, heads, seq, d = query_keys.shape
@@ -232,6 +322,15 @@ class LSHSelfAttention(nn.Module):
         return (out * round_weights).sum(dim=2), probs
 
 
+def offset_buckets(buckets, total, attention_mask=None):
+    """Padding (``attention_mask`` 0) into a bucket of its own (after every other: where nothing is padding the
+    order is the same as without it), then round r's buckets offset by r times the bucket count."""
+    if attention_mask is not None:
+        buckets = buckets.masked_fill(~attention_mask.bool()[:, None, None, :], total)
+        total += 1
+    return buckets + torch.arange(buckets.shape[2], device=buckets.device).view(1, 1, -1, 1) * total
+
+
 def normalized_keys(query_keys, eps=1e-6):
     """transformers' key scaling for shared QK: ``x / rms(x) / sqrt(d)``, i.e. unit length (up to ``eps``)."""
     return query_keys * torch.rsqrt(query_keys.pow(2).mean(-1, keepdim=True) + eps) / math.sqrt(query_keys.shape[-1])
@@ -255,15 +354,19 @@ class LocalSelfAttention(nn.Module):
         self.key = nn.Linear(hidden_size, num_heads * head_size, bias=False)
         self.value = nn.Linear(hidden_size, num_heads * head_size, bias=False)
 
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False, **unused):
-        """``(out [batch, seq, heads * head_size], None, probabilities or None)``."""
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, cache=None, padded_length=None,
+                **unused):
+        """``(out [batch, seq, heads * head_size], None, probabilities or None)``; ``cache`` and ``padded_length``
+        as :meth:`LSHSelfAttention.forward`'s."""
+        if cache:
+            return self.decode(hidden_states, attention_mask, cache, padded_length), None, None
         check_attention_mask(attention_mask, hidden_states)
         length = hidden_states.shape[1]
         if length > self.chunk_length:
             hidden_states, attention_mask, length = pad_to_multiple(hidden_states, attention_mask, self.chunk_length)
-        queries = split_heads(self.query(hidden_states), self.num_heads)
-        keys = split_heads(self.key(hidden_states), self.num_heads) / math.sqrt(self.head_size)
-        values = split_heads(self.value(hidden_states), self.num_heads)
+        queries, keys, values = self._project(hidden_states)
+        if cache is not None:
+            cache.update(keys=keys[:, :, :length], values=values[:, :, :length])
         seq = hidden_states.shape[1]
         positions = torch.arange(seq, device=hidden_states.device)
         key_mask = None if attention_mask is None else attention_mask.bool()[:, None, :]
@@ -284,6 +387,30 @@ class LocalSelfAttention(nn.Module):
                                    self.training, mask_self=False)
         return merge_heads(out)[:, :length], None, probs if output_attentions else None
 
+    def _project(self, hidden_states):
+        """``(queries, keys / sqrt(head_size), values)``, each ``[batch, heads, seq, head_size]``."""
+        return (split_heads(self.query(hidden_states), self.num_heads),
+                split_heads(self.key(hidden_states), self.num_heads) / math.sqrt(self.head_size),
+                split_heads(self.value(hidden_states), self.num_heads))
+
+    def decode(self, hidden_states, attention_mask, cache, padded_length=None):
+        """One new token ``[batch, 1, hidden]`` after the cached ones: ``[batch, 1, heads * head_size]``, exactly
+        the last position of a call over the whole (causal) sequence."""
+        query, key, value = self._project(hidden_states)
+        keys, values = extend_cache(cache, keys=key, values=value)
+        seq = keys.shape[2]
+        padded = padded_length or chunk_padded_length(seq, self.chunk_length)
+        positions = torch.arange(seq, device=keys.device)
+        if padded > self.chunk_length:  # its chunk and neighbours; the padding and the future are masked anyway
+            slots = neighbour_slots(positions[-1:], self.chunk_length, padded // self.chunk_length,
+                                    self.chunks_before, self.chunks_after)
+            positions = slots[slots < seq]
+            keys, values = keys[:, :, positions], values[:, :, positions]
+        key_mask = None if attention_mask is None else attention_mask.bool()[:, None, positions]
+        out, _, _ = attend(query, keys, values, torch.tensor([seq - 1], device=keys.device), positions, key_mask,
+                           self.causal, 0.0, False, mask_self=False)
+        return merge_heads(out)
+
 
 class FullSelfAttention(nn.Module):
     """Plain multi-head attention through ``scaled_dot_product_attention`` (the flash / memory-efficient kernels
@@ -296,12 +423,17 @@ class FullSelfAttention(nn.Module):
         self.key = nn.Linear(hidden_size, num_heads * head_size, bias=False)
         self.value = nn.Linear(hidden_size, num_heads * head_size, bias=False)
 
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False, sdpa=True, **unused):
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, sdpa=True, cache=None, **unused):
         """``(out [batch, seq, heads * head_size], None, probabilities [batch, heads, seq, seq] or None)``; with
-        ``output_attentions`` or ``sdpa=False`` the scores are computed explicitly."""
+        ``output_attentions`` or ``sdpa=False`` the scores are computed explicitly. ``cache`` as
+        :meth:`LSHSelfAttention.forward`'s (decoding is exact)."""
+        if cache:
+            return self.decode(hidden_states, attention_mask, cache), None, None
         check_attention_mask(attention_mask, hidden_states)
         queries, keys, values = (split_heads(projection(hidden_states), self.num_heads)
                                  for projection in (self.query, self.key, self.value))
+        if cache is not None:
+            cache.update(keys=keys, values=values)
         mask = None
         if attention_mask is not None:
             length = hidden_states.shape[1]
@@ -320,3 +452,11 @@ class FullSelfAttention(nn.Module):
             queries, keys, values, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
             is_causal=self.causal and mask is None)
         return merge_heads(out), None, None
+
+    def decode(self, hidden_states, attention_mask, cache, padded_length=None):
+        """One new token ``[batch, 1, hidden]`` after the cached ones: ``[batch, 1, heads * head_size]``."""
+        query, key, value = (split_heads(projection(hidden_states), self.num_heads)
+                             for projection in (self.query, self.key, self.value))
+        keys, values = extend_cache(cache, keys=key, values=value)
+        mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
+        return merge_heads(nn.functional.scaled_dot_product_attention(query, keys, values, attn_mask=mask))

@@ -51,9 +51,11 @@ class RevLSHConfig(PreTrainedConfig):
             blocks of the same weights.
         layer_norm_eps, initializer_range, axial_norm_std: as transformers'.
         classifier_dropout: dropout before the sequence-classification head (default ``hidden_dropout_prob``).
+        use_cache: causal stacks return a generation cache outside autograd (``RevLSHCache``).
     """
 
     model_type = "rev-lsh"
+    keys_to_ignore_at_inference = ["cache"]  # generation's, not a prediction
 
     vocab_size: int = 320
     hidden_size: int = 256

@@ -21,7 +21,7 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import CausalLMOutput, MaskedLMOutput, SequenceClassifierOutput
+from transformers.modeling_outputs import MaskedLMOutput, SequenceClassifierOutput
 from transformers.utils import ModelOutput, can_return_tuple, logging
 
 from .attention_rev_lsh import FullSelfAttention, LocalSelfAttention, LSHSelfAttention, check_attention_mask
@@ -42,8 +42,63 @@ class RevLSHModelOutput(ModelOutput):
     """
 
     last_hidden_state: torch.Tensor | None = None
+    cache: "RevLSHCache | None" = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class RevLSHCausalLMOutput(ModelOutput):
+    """
+    loss: the mean next-token cross-entropy (with ``labels``). logits: ``[batch, seq, vocab]``.
+    cache: with ``use_cache``: the :class:`RevLSHCache` to pass back with the next tokens.
+    hidden_states, attentions: as :class:`RevLSHModelOutput`'s.
+    """
+
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    cache: "RevLSHCache | None" = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+class RevLSHCache:
+    """``generate``'s cache for a causal stack: per layer its attention's keys and values ``[batch, heads, seen,
+    head_size]`` (LSH: the shared query-keys, values, buckets ``[batch, heads, seen, rounds]`` and the rotations),
+    and the attention mask of the tokens seen. With it each new token costs one position per layer.
+
+    Full and local layers decode exactly what recomputing the whole sequence gives. An LSH layer gives what the
+    last position of a recompute would, with the cached rotations and bucket count; but in a recompute the earlier
+    positions' outputs change as the sequence grows (their sorted chunks take in later tokens), while the cache
+    keeps them as they were, so below an LSH layer the two part (as transformers' Reformer cache does, which also
+    only approximates).
+    """
+
+    batch_tensors = ("keys", "values", "query_keys", "buckets")
+
+    def __init__(self, num_layers: int):
+        self.layers = [{} for _ in range(num_layers)]
+        self.attention_mask = None  # [batch, seen], or None for no padding
+
+    def get_seq_length(self) -> int:
+        first = self.layers[0]
+        return 0 if not first else next(first[name] for name in ("keys", "query_keys") if name in first).shape[2]
+
+    def keep_first(self, length: int):
+        """Forget what lies after the first ``length`` positions (the padding a forward adds)."""
+        for layer in self.layers:
+            for name in self.batch_tensors:
+                if name in layer:
+                    layer[name] = layer[name][:, :, :length]
+
+    def reorder_cache(self, beam_idx: torch.Tensor):
+        """Keep the rows of the beams that go on (transformers' beam search calls this after every step)."""
+        for layer in self.layers:
+            for name in self.batch_tensors:
+                if name in layer:
+                    layer[name] = layer[name].index_select(0, beam_idx.to(layer[name].device))
+        if self.attention_mask is not None:
+            self.attention_mask = self.attention_mask.index_select(0, beam_idx.to(self.attention_mask.device))
 
 
 class AxialPositionEmbeddings(nn.Module):
@@ -115,12 +170,14 @@ class RevLSHAttentionBlock(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.config = config
 
-    def forward(self, hidden_states, attention_mask=None, buckets=None, num_hashes=None, output_attentions=False):
-        """``(out [batch, seq, hidden], buckets, attention probabilities or None)``."""
+    def forward(self, hidden_states, attention_mask=None, buckets=None, num_hashes=None, output_attentions=False,
+                cache=None, padded_length=None):
+        """``(out [batch, seq, hidden], buckets, attention probabilities or None)``; ``cache``, ``padded_length``:
+        see :meth:`LSHSelfAttention.forward`."""
         sdpa = getattr(self.config, "_attn_implementation", "sdpa") == "sdpa"
         out, buckets, probs = self.self_attention(self.layer_norm(hidden_states), attention_mask, buckets=buckets,
                                                   num_hashes=num_hashes, output_attentions=output_attentions,
-                                                  sdpa=sdpa)
+                                                  sdpa=sdpa, cache=cache, padded_length=padded_length)
         return self.dropout(self.output(out)), buckets, probs
 
 
@@ -174,13 +231,16 @@ class RevLSHLayer(GradientCheckpointingLayer):
         self.attention = RevLSHAttentionBlock(config, kind)
         self.feed_forward = RevLSHFeedForward(config)
 
-    def forward(self, x1, x2, attention_mask=None, num_hashes=None, output_attentions=False, record=None):
+    def forward(self, x1, x2, attention_mask=None, num_hashes=None, output_attentions=False, record=None,
+                cache=None, padded_length=None):
         """``(y1, y2, attention probabilities or None)``, each half ``[batch, seq, hidden]``. ``record``: a dict
-        that receives what :meth:`backward_pass` needs to recompute the step (the buckets and RNG states)."""
+        that receives what :meth:`backward_pass` needs to recompute the step (the buckets and RNG states).
+        ``cache``, ``padded_length``: see :meth:`LSHSelfAttention.forward`."""
         if record is not None:
             record["attention_rng"] = RNGState(x2.device)
         attention, buckets, probs = self.attention(x2, attention_mask, num_hashes=num_hashes,
-                                                   output_attentions=output_attentions)
+                                                   output_attentions=output_attentions, cache=cache,
+                                                   padded_length=padded_length)
         y1 = x1 + attention
         if record is not None:
             record["buckets"], record["feed_forward_rng"] = buckets, RNGState(y1.device)
@@ -311,31 +371,87 @@ class RevLSHModel(RevLSHPreTrainedModel):
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, num_hashes=None,
-                output_hidden_states=None, output_attentions=None, **kwargs) -> RevLSHModelOutput:
+                cache=None, use_cache=None, output_hidden_states=None, output_attentions=None,
+                **kwargs) -> RevLSHModelOutput:
         r"""
         Args:
             input_ids: ``[batch, seq]``, any ``seq`` up to ``max_position_embeddings``.
-            attention_mask: ``[batch, seq]``, 1 for tokens and 0 for padding (padding is never attended to).
+            attention_mask: ``[batch, seq]``, 1 for tokens and 0 for padding (padding is never attended to); with a
+                ``cache``, over the cached tokens and the new ones (or the new ones alone).
             num_hashes: LSH rounds for this call (default: the config's).
+            cache: a :class:`RevLSHCache` from an earlier call: ``input_ids`` are the tokens that follow.
+            use_cache: return a cache (causal stacks only; default ``config.use_cache`` outside autograd, where
+                the reversible stack keeps no activations).
         """
         output_hidden_states = output_hidden_states if output_hidden_states is not None else \
             self.config.output_hidden_states
         output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
         reference = input_ids if input_ids is not None else inputs_embeds
+        if use_cache is None:
+            use_cache = self.config.use_cache and self.config.is_decoder and not torch.is_grad_enabled()
+        if (use_cache or cache is not None) and not self.config.is_decoder:
+            raise ValueError("a generation cache is for causal stacks (config.is_decoder=True); this one is "
+                             "bidirectional: every position depends on every other")
+        if cache is not None and cache.get_seq_length():
+            return self._decode(input_ids, inputs_embeds, attention_mask, position_ids, cache, output_hidden_states)
         check_attention_mask(attention_mask, reference)  # here, before the padding to the chunks
         length = reference.shape[1]
         if position_ids is None:
             position_ids = torch.arange(length, device=reference.device).unsqueeze(0).expand(reference.shape[0], -1)
-        input_ids, inputs_embeds, attention_mask, position_ids = self._pad_to_chunks(
+        input_ids, inputs_embeds, padded_mask, position_ids = self._pad_to_chunks(
             input_ids, inputs_embeds, attention_mask, position_ids)
         hidden = self.embeddings(input_ids, position_ids, inputs_embeds)
-        hidden_states, attentions = self._run_layers(hidden, attention_mask, num_hashes, output_hidden_states,
-                                                     output_attentions)
+        if use_cache:
+            cache = cache if cache is not None else RevLSHCache(len(self.layers))
+        hidden_states, attentions = self._run_layers(hidden, padded_mask, num_hashes, output_hidden_states,
+                                                     output_attentions, cache if use_cache else None)
+        if use_cache:
+            cache.keep_first(length)
+            cache.attention_mask = attention_mask
         last = self.dropout(self.layer_norm(hidden_states[-1]))[:, :length]
         return RevLSHModelOutput(
-            last_hidden_state=last,
+            last_hidden_state=last, cache=cache if use_cache else None,
             hidden_states=tuple(h[:, :length] for h in hidden_states) if output_hidden_states else None,
             attentions=tuple(attentions) if output_attentions else None)
+
+    def _decode(self, input_ids, inputs_embeds, attention_mask, position_ids, cache, output_hidden_states):
+        """The new tokens after the cached ones, one at a time (each attends as the last position of the whole
+        sequence would; see :class:`RevLSHCache`)."""
+        reference = input_ids if input_ids is not None else inputs_embeds
+        seen, new = cache.get_seq_length(), reference.shape[1]
+        if attention_mask is not None and attention_mask.shape[1] == new:  # the new tokens' alone
+            seen_mask = cache.attention_mask if cache.attention_mask is not None else attention_mask.new_ones(
+                attention_mask.shape[0], seen)
+            attention_mask = torch.cat([seen_mask, attention_mask], dim=1)
+        elif attention_mask is None and cache.attention_mask is not None:
+            attention_mask = torch.cat([cache.attention_mask, cache.attention_mask.new_ones(reference.shape[0], new)],
+                                       dim=1)
+        if attention_mask is not None and attention_mask.shape != (reference.shape[0], seen + new):
+            raise ValueError(f"with a cache of {seen} tokens, attention_mask covers them and the {new} new ones "
+                             f"({seen + new} columns) or the new ones alone; got {list(attention_mask.shape)}")
+        if position_ids is None:
+            position_ids = torch.arange(seen, seen + new, device=reference.device).unsqueeze(0).expand(
+                reference.shape[0], -1)
+        hidden = self.embeddings(input_ids, position_ids, inputs_embeds)
+        multiple, shortest = chunk_multiple(self.config)
+        outputs, all_hidden = [], []
+        for step in range(new):
+            seq = seen + step + 1
+            padded = seq if seq <= shortest else seq + (-seq % multiple)
+            mask = None if attention_mask is None else attention_mask[:, :seq]
+            x1 = x2 = hidden[:, step:step + 1]
+            layer_outputs = [torch.cat([x1, x2], dim=-1)]
+            for layer, layer_cache in zip(self.layers, cache.layers):
+                x1, x2, _ = layer(x1, x2, mask, cache=layer_cache, padded_length=padded)
+                layer_outputs.append(torch.cat([x1, x2], dim=-1))
+            outputs.append(layer_outputs[-1])
+            all_hidden.append(layer_outputs)
+        cache.attention_mask = attention_mask
+        last = self.dropout(self.layer_norm(torch.cat(outputs, dim=1)))
+        hidden_states = None
+        if output_hidden_states:
+            hidden_states = tuple(torch.cat(per_layer, dim=1) for per_layer in zip(*all_hidden))
+        return RevLSHModelOutput(last_hidden_state=last, cache=cache, hidden_states=hidden_states)
 
     def _pad_to_chunks(self, input_ids, inputs_embeds, attention_mask, position_ids):
         """Pad to the least common multiple of the chunk lengths, as transformers' Reformer does in evaluation
@@ -359,18 +475,21 @@ class RevLSHModel(RevLSHPreTrainedModel):
         position_ids = torch.cat([position_ids, more_positions], dim=1)
         return input_ids, inputs_embeds, attention_mask, position_ids
 
-    def _run_layers(self, hidden, attention_mask, num_hashes, output_hidden_states, output_attentions):
-        """``(hidden states: the embeddings twice, then every layer's output, attentions)``."""
+    def _run_layers(self, hidden, attention_mask, num_hashes, output_hidden_states, output_attentions, cache=None):
+        """``(hidden states: the embeddings twice, then every layer's output, attentions)``; ``cache``: filled
+        (then the stack runs without the reversible function)."""
         stacked = torch.cat([hidden, hidden], dim=-1)
         collected = {"hidden_states": [stacked], "attentions": []}
         parameters = [p for p in self.layers.parameters() if p.requires_grad]
-        if self.config.reversible and torch.is_grad_enabled() and (stacked.requires_grad or parameters):
+        if (self.config.reversible and cache is None and torch.is_grad_enabled()
+                and (stacked.requires_grad or parameters)):
             last = ReversibleFunction.apply(stacked, list(self.layers), attention_mask, num_hashes,
                                             output_hidden_states, output_attentions, collected, *parameters)
         else:
             x1, x2 = hidden, hidden
-            for layer in self.layers:
-                x1, x2, probs = layer(x1, x2, attention_mask, num_hashes, output_attentions)
+            for index, layer in enumerate(self.layers):
+                x1, x2, probs = layer(x1, x2, attention_mask, num_hashes, output_attentions,
+                                      cache=None if cache is None else cache.layers[index])
                 collected["hidden_states"].append(torch.cat([x1, x2], dim=-1))
                 collected["attentions"].append(probs)
             last = collected["hidden_states"][-1]
@@ -397,11 +516,11 @@ class _RevLSHWithLMHead(RevLSHPreTrainedModel):
         self.lm_head = head
 
     def _logits(self, input_ids, attention_mask, position_ids, inputs_embeds, num_hashes, output_hidden_states,
-                output_attentions):
+                output_attentions, **cache_arguments):
         outputs = self.rev_lsh(input_ids, attention_mask=attention_mask, position_ids=position_ids,
                                inputs_embeds=inputs_embeds, num_hashes=num_hashes,
                                output_hidden_states=output_hidden_states, output_attentions=output_attentions,
-                               return_dict=True)
+                               return_dict=True, **cache_arguments)
         return self.lm_head(outputs.last_hidden_state), outputs
 
 
@@ -423,7 +542,8 @@ class RevLSHForMaskedLM(_RevLSHWithLMHead):
 
 class RevLSHForCausalLM(_RevLSHWithLMHead, GenerationMixin):
     """A causal stack (it sets ``config.is_decoder``) + the LM head (``ReformerModelWithLMHead``). ``labels``: the
-    inputs (shifted inside) or ``shift_labels``. Generation recomputes the prefix at each step (no cache yet)."""
+    inputs (shifted inside) or ``shift_labels``. ``generate`` decodes from a :class:`RevLSHCache` (``use_cache``;
+    exact for full and local layers, see the cache for LSH ones) or recomputes the prefix (``use_cache=False``)."""
 
     def __init__(self, config: RevLSHConfig):
         if not config.is_decoder:
@@ -431,24 +551,33 @@ class RevLSHForCausalLM(_RevLSHWithLMHead, GenerationMixin):
             config.is_decoder = True
         super().__init__(config)
 
-    def prepare_inputs_for_generation(self, input_ids, attention_mask=None, **kwargs):
-        return {"input_ids": input_ids, "attention_mask": attention_mask}
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False  # the cache is a RevLSHCache (LSH layers keep buckets and rotations, not only keys)
+
+    def prepare_inputs_for_generation(self, input_ids, attention_mask=None, cache=None, use_cache=None, **kwargs):
+        """With a cache, each step feeds only the tokens it has not seen."""
+        if cache is not None and cache.get_seq_length():
+            input_ids = input_ids[:, cache.get_seq_length():]
+        return {"input_ids": input_ids, "attention_mask": attention_mask, "cache": cache, "use_cache": use_cache}
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None,
-                num_hashes=None, output_hidden_states=None, output_attentions=None, **kwargs) -> CausalLMOutput:
+                num_hashes=None, cache=None, use_cache=None, output_hidden_states=None, output_attentions=None,
+                **kwargs) -> RevLSHCausalLMOutput:
         r"""``shift_labels`` (already shifted targets) may come in ``kwargs``, as transformers' causal LMs take it: not
-        a named argument, so that the ``Trainer`` counts ``labels`` alone as the label and evaluates the loss."""
+        a named argument, so that the ``Trainer`` counts ``labels`` alone as the label and evaluates the loss.
+        ``cache``, ``use_cache``: as :meth:`RevLSHModel.forward`'s; logits are then of the new tokens."""
         shift_labels = kwargs.pop("shift_labels", None)
         logits, outputs = self._logits(input_ids, attention_mask, position_ids, inputs_embeds, num_hashes,
-                                       output_hidden_states, output_attentions)
+                                       output_hidden_states, output_attentions, cache=cache, use_cache=use_cache)
         loss = None
         if labels is not None or shift_labels is not None:
             if shift_labels is None:
                 shift_labels = nn.functional.pad(labels[:, 1:], (0, 1), value=-100)
             loss = nn.functional.cross_entropy(logits.flatten(0, 1).float(), shift_labels.flatten())
-        return CausalLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
-                              attentions=outputs.attentions)
+        return RevLSHCausalLMOutput(loss=loss, logits=logits, cache=outputs.cache, hidden_states=outputs.hidden_states,
+                                    attentions=outputs.attentions)
 
 
 class RevLSHForSequenceClassification(RevLSHPreTrainedModel):
@@ -489,4 +618,4 @@ class RevLSHClassificationHead(nn.Module):
 
 
 __all__ = ["RevLSHModel", "RevLSHForMaskedLM", "RevLSHForCausalLM", "RevLSHForSequenceClassification",
-           "RevLSHPreTrainedModel", "RevLSHModelOutput", "ReversibleFunction"]
+           "RevLSHPreTrainedModel", "RevLSHModelOutput", "RevLSHCausalLMOutput", "RevLSHCache", "ReversibleFunction"]
