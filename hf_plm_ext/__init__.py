@@ -10,7 +10,8 @@ from hf_plm_ext.registry import FAMILIES, register_families
 
 register_families()
 
-from hf_plm_ext.convert import convert_reformer, export_as_bert, export_electra  # noqa: E402
+from hf_plm_ext.adapters import BottleneckConfig, BottleneckLayer, BottleneckModel  # noqa: E402  (registers with PEFT)
+from hf_plm_ext.convert import convert_adapterhub, convert_reformer, export_as_bert, export_electra  # noqa: E402
 from hf_plm_ext.data.correction_masking import DataCollatorForCorrectionMasking, add_word_ids, jieba_spans  # noqa: E402
 from hf_plm_ext.data.replaced_token_detection import SpecialTokensMaskCollator, rtd_metrics  # noqa: E402
 from hf_plm_ext.data.segment_streams import StreamSegments, tokenize_stream  # noqa: E402
@@ -66,6 +67,8 @@ __all__ = [
     "ElectraRTDConfig", "ElectraForRTDPreTraining", "ElectraRTDModel", "ElectraRTDForSequenceClassification",
     "TransfoXLConfig", "TransfoXLModel", "TransfoXLLMHeadModel", "TransfoXLForSequenceClassification",
     "RevLSHConfig", "RevLSHModel", "RevLSHForMaskedLM", "RevLSHForCausalLM", "RevLSHForSequenceClassification",
+    # adapters (a PEFT method)
+    "BottleneckConfig", "BottleneckModel", "BottleneckLayer",
     # data: collators and example builders
     "DataCollatorForCorrectionMasking", "SpecialTokensMaskCollator", "add_word_ids", "jieba_spans",
     "build_sop_pairs", "token_blocks", "StreamSegments", "tokenize_stream", "load_similar_words", "SynonymTable",
@@ -75,5 +78,5 @@ __all__ = [
     "PretrainArguments", "pretrain",
     # evaluation, conversion, publishing
     "FinetuneArguments", "finetune", "rtd_metrics", "stream_perplexity", "evaluate_language_model",
-    "export_as_bert", "export_electra", "convert_reformer", "render_card", "push_checkpoint",
+    "export_as_bert", "export_electra", "convert_reformer", "convert_adapterhub", "render_card", "push_checkpoint",
 ]

@@ -223,6 +223,32 @@ def test_peft_config_trains_and_saves_only_the_adapter_and_the_head(tmp_path, ti
     assert not torch.allclose(adapted, without_lora)  # the LoRA update itself changes the outputs
 
 
+@pytest.mark.parametrize("adapter,prefix", [("pfeiffer", ".bn_"), ("houlsby", ".bn_"), ("lora", "lora_")])
+def test_adapter_trains_and_saves_only_the_adapter_and_the_head(adapter, prefix, tmp_path, tiny_classifier_dir,
+                                                                 shared_data, capsys):
+    from peft import AutoPeftModelForSequenceClassification
+    from safetensors.torch import load_file
+
+    out = tmp_path / f"mrpc-{adapter}"
+    code, _, stderr = _finetune(capsys, "glue", "mrpc", tiny_classifier_dir, out, "--adapter", adapter,
+                                "--data-dir", shared_data / "glue/MRPC", "--max_steps", 4, "--max_train_samples", 64,
+                                "--max_seq_length", 64, "--learning_rate", 1e-2)
+    assert code == 0, stderr
+    assert "model.safetensors" not in {p.name for p in out.iterdir()}
+    saved = load_file(out / "adapter_model.safetensors")
+    assert any(prefix in name for name in saved)
+    assert all(prefix in name or ".classifier." in name for name in saved), sorted(saved)
+    assert json.loads((out / "eval_results.json").read_text())["adapter"] == adapter
+    import torch
+
+    ids = torch.tensor([[2, 100, 200, 300, 3]])
+    adapted = AutoPeftModelForSequenceClassification.from_pretrained(out).eval()
+    with torch.no_grad():
+        with adapted.disable_adapter():
+            without = adapted(ids).logits
+        assert not torch.allclose(adapted(ids).logits, without)
+
+
 @pytest.mark.parametrize("content, extra, message", [
     ("{not json", [], "lora.json:1: not valid JSON"),
     ('{"peft_type": "NOPE"}', [], '"peft_type" must be one of'),
@@ -230,6 +256,7 @@ def test_peft_config_trains_and_saves_only_the_adapter_and_the_head(tmp_path, ti
     ('{"peft_type": "LORA", "rank": 4, "target_modules": ["query"]}', [], "unexpected keyword argument 'rank'"),
     ('{"peft_type": "LORA", "target_modules": ["no_such_module"]}', [], "No modules were targeted"),
     ('{"peft_type": "LORA", "target_modules": ["query"]}', ["--layerwise_lr_decay", 0.8], "do not go together"),
+    ('{"peft_type": "LORA", "target_modules": ["query"]}', ["--adapter", "houlsby"], "do not go together"),
 ])
 def test_bad_peft_config_is_one_clear_error(content, extra, message, tmp_path, tiny_classifier_dir, shared_data,
                                             capsys):

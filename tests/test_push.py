@@ -61,14 +61,16 @@ def finetuned(tmp_path, tiny_classifier_dir):
     return folder
 
 
-def logits_in_a_fresh_process(hub, tmp_path, expected_model, load):
-    """Run ``load`` (code that binds ``model``) in a process where ``import hf_plm_ext`` fails, against the
-    test double; return (the class name of ``model``'s underlying transformers model, max |logit diff|)."""
+def logits_in_a_fresh_process(hub, tmp_path, expected_model, load, without_package=True):
+    """Run ``load`` (code that binds ``model``) in a process where ``import hf_plm_ext`` fails (unless
+    ``without_package`` is False), against the test double; return (the class name of ``model``'s underlying
+    transformers model, max |logit diff|)."""
     ids = torch.tensor([[2, 100, 200, 300, 3]])
     with torch.no_grad():
         expected = expected_model.eval()(ids).logits
     save_file({"ids": ids, "expected": expected}, tmp_path / "inputs.safetensors")
-    code = ("import sys; sys.modules['hf_plm_ext'] = None\nimport torch\nfrom safetensors.torch import load_file\n"
+    code = (("import sys; sys.modules['hf_plm_ext'] = None\n" if without_package else "import sys\n") +
+            "import torch\nfrom safetensors.torch import load_file\n"
             f"{load}\ndata = load_file(sys.argv[1])\n"
             "with torch.no_grad():\n    out = model.eval()(data['ids']).logits\n"
             "inner = model.base_model.model if hasattr(model, 'peft_config') else model\n"
@@ -289,9 +291,30 @@ def test_adapter_card_metadata_validates(lora_run):
     assert "Loading needs hf-plm-ext" not in str(card)  # LoRA is PEFT's own
 
 
-def test_an_adapter_of_a_method_this_package_registers_says_it_needs_the_package(lora_run, monkeypatch):
-    from hf_plm_ext.hub import cards
+def test_a_bottleneck_adapter_pushes_adapter_only_and_its_card_says_loading_needs_the_package(
+        hub, tiny_classifier_dir, shared_data, tmp_path):
+    from hf_plm_ext_cli.main import main
 
-    monkeypatch.setattr(cards, "PACKAGE_PEFT_METHODS", {"LORA"})  # as the bottleneck adapters will register theirs
-    card = str(cards.render_card(lora_run, repo_id="someone/lora", base_model="someone/base"))
-    assert "**Loading needs hf-plm-ext**" in card and "import hf_plm_ext  # registers LORA with PEFT" in card
+    run = tmp_path / "mrpc-pfeiffer"
+    main(list(map(str, ["finetune", "glue", "--task", "mrpc", "--model", tiny_classifier_dir, "--output", run,
+                        "--adapter", "pfeiffer", "--data-dir", shared_data / "glue/MRPC", "--max_steps", 3,
+                        "--max_train_samples", 32, "--max_seq_length", 32, "--learning_rate", 1e-2,
+                        "--disable_tqdm", "true", "--report_to", "none"])))
+    env = hub_env(hub)
+    assert push([tiny_classifier_dir, "--repo-id", "someone/tiny-base"], env).returncode == 0
+    proc = push([run, "--repo-id", "someone/tiny-mrpc-pfeiffer", "--base-model", "someone/tiny-base"], env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    files = hub.files("someone/tiny-mrpc-pfeiffer")
+    assert "adapter_model.safetensors" in files and "model.safetensors" not in files
+    card = files["README.md"].decode()
+    assert "**Loading needs hf-plm-ext**" in card and "import hf_plm_ext  # registers BOTTLENECK with PEFT" in card
+    assert "bottleneck" in card and "reduction_factor | 16" in card and "Houlsby" in card
+
+    from peft import AutoPeftModelForSequenceClassification
+
+    load = ("import hf_plm_ext\nfrom peft import AutoPeftModelForSequenceClassification\n"
+            "model = AutoPeftModelForSequenceClassification.from_pretrained('someone/tiny-mrpc-pfeiffer', "
+            "trust_remote_code=True)")
+    name, diff = logits_in_a_fresh_process(hub, tmp_path, AutoPeftModelForSequenceClassification.from_pretrained(run),
+                                           load, without_package=False)
+    assert name == "MacBertForSequenceClassification" and diff == 0.0

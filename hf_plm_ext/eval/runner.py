@@ -52,6 +52,10 @@ class FinetuneArguments:
                                                                      "\"LORA\", \"r\": 8, \"target_modules\": "
                                                                      "[\"query\", \"value\"]}): train only that "
                                                                      "adapter and the task head, save only them"})
+    adapter: str | None = field(default=None, metadata={
+        "help": "train an adapter and the task head only: houlsby, pfeiffer or parallel (this package's bottleneck "
+                "adapters, AdapterHub's presets) or lora (PEFT's, r=8 on the attention's query and value)",
+        "choices": ["houlsby", "pfeiffer", "parallel", "lora"]})
 
 
 def read_peft_config(config_file: str):
@@ -78,13 +82,26 @@ def read_peft_config(config_file: str):
         raise UserInputError(f"{path}: {err}") from None
 
 
-def with_adapter(model, peft_config, config_file: str):
+def adapter_config(name: str, model_type: str):
+    """The PEFT config of ``--adapter name`` for a sequence classifier of ``model_type``."""
+    if name == "lora":
+        from peft import LoraConfig
+        from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as LORA_TARGETS
+
+        targets = None if model_type in LORA_TARGETS else ["query", "value"]  # e.g. macbert: BERT's names
+        return LoraConfig(task_type="SEQ_CLS", r=8, lora_alpha=16, lora_dropout=0.1, target_modules=targets)
+    from hf_plm_ext.adapters import BottleneckConfig
+
+    return BottleneckConfig.from_preset(name, task_type="SEQ_CLS")
+
+
+def with_adapter(model, peft_config, source: str):
     from peft import get_peft_model
 
     try:
         return get_peft_model(model, peft_config)
     except ValueError as err:  # e.g. target modules the model does not have
-        raise UserInputError(f"{config_file}: {err}") from None
+        raise UserInputError(f"{source}: {err}") from None
 
 
 def task_files(task: Task, args: FinetuneArguments) -> tuple[Path, dict[str, Path]]:
@@ -172,8 +189,10 @@ def build_classifier(task: Task, args: FinetuneArguments, peft_config=None):
                             ignore_mismatched_sizes=args.ignore_mismatched_sizes)
     check_tokenizer_fits(tokenizer, model, args.model)
     check_sequence_length(model, args.max_seq_length)
+    if args.adapter is not None:
+        peft_config = adapter_config(args.adapter, model.config.model_type)
     if peft_config is not None:
-        model = with_adapter(model, peft_config, args.peft_config)
+        model = with_adapter(model, peft_config, args.peft_config or f"--adapter {args.adapter}")
     return model, tokenizer
 
 
@@ -224,10 +243,12 @@ def finetune(benchmark: str, args: FinetuneArguments, training_args: TrainingArg
     ``eval_results.json`` and ``eval_results.md`` into ``args.output`` (all or nothing)."""
     set_seed(training_args.seed)  # the new head and adapter are made here, before the Trainer seeds itself
     peft_config = None
+    if args.peft_config is not None and args.adapter is not None:
+        raise UserInputError("--adapter and --peft-config do not go together: --adapter is a ready-made PEFT config")
+    if args.layerwise_lr_decay is not None and (args.peft_config or args.adapter):
+        raise UserInputError("--layerwise_lr_decay and an adapter do not go together (the decay is for full "
+                             "fine-tuning of an encoder's layers)")
     if args.peft_config is not None:
-        if args.layerwise_lr_decay is not None:
-            raise UserInputError("--layerwise_lr_decay and --peft-config do not go together (the decay is for "
-                                 "full fine-tuning of an encoder's layers)")
         peft_config = read_peft_config(args.peft_config)
     data = load_task_data(benchmark, args)
     model, tokenizer = build_classifier(data.task, args, peft_config)
@@ -249,6 +270,7 @@ def finetune(benchmark: str, args: FinetuneArguments, training_args: TrainingArg
             "num_train_examples": len(train_dataset),
             "layerwise_lr_decay": args.layerwise_lr_decay,
             "peft_config": args.peft_config,
+            "adapter": args.adapter,
             "world_size": training_args.world_size,
             "train_metrics": train_result.metrics,
             "results": evaluate_splits(trainer, data, eval_datasets),

@@ -125,11 +125,22 @@ PEFT_METHODS = {
              "  author = {Hu, Edward J. and Shen, Yelong and Wallis, Phillip and Allen-Zhu, Zeyuan and Li, Yuanzhi "
              "and Wang, Shean and Wang, Lu and Chen, Weizhu},\n  booktitle = {International Conference on Learning "
              "Representations},\n  year = {2022},\n}"),
+    "BOTTLENECK": ("adds small bottleneck blocks (down-projection, non-linearity, up-projection, with a residual) "
+                   "after the layers' attention and / or feed-forward outputs (Houlsby et al., 2019; Pfeiffer et "
+                   "al., 2020; the parallel form of He et al., 2022), in AdapterHub's arrangement.",
+                   "@inproceedings{houlsby2019parameter,\n  title = {Parameter-Efficient Transfer Learning for "
+                   "{NLP}},\n  author = {Houlsby, Neil and Giurgiu, Andrei and Jastrzebski, Stanislaw and Morrone, "
+                   "Bruna and de Laroussilhe, Quentin and Gesmundo, Andrea and Attariyan, Mona and Gelly, Sylvain},\n"
+                   "  booktitle = {International Conference on Machine Learning},\n  year = {2019},\n}\n"
+                   "@inproceedings{pfeiffer2021adapterfusion,\n  title = {{AdapterFusion}: Non-Destructive Task "
+                   "Composition for Transfer Learning},\n  author = {Pfeiffer, Jonas and Kamath, Aishwarya and "
+                   "R\u00fcckl\u00e9, Andreas and Cho, Kyunghyun and Gurevych, Iryna},\n  booktitle = {EACL},\n"
+                   "  year = {2021},\n}"),
 }
-ADAPTER_FIELDS = ("r", "lora_alpha", "lora_dropout", "target_modules")
-# PEFT methods that this package registers with PEFT on `import hf_plm_ext` (the adapters add theirs here): an
-# adapter of one of them loads only where hf-plm-ext is installed and imported, and its card says so
-PACKAGE_PEFT_METHODS: set[str] = set()
+ADAPTER_FIELDS = ("r", "lora_alpha", "lora_dropout", "reduction_factor", "non_linearity", "mh_adapter",
+                  "output_adapter", "original_ln_before", "is_parallel", "scaling", "target_modules")
+# PEFT methods that this package registers with PEFT on `import hf_plm_ext`: an adapter of one of them loads only where hf-plm-ext is installed and imported, and its card says so
+PACKAGE_PEFT_METHODS = {"BOTTLENECK"}
 
 
 def fine_tuned_on(evaluated: dict) -> str:

@@ -1,0 +1,3 @@
+from .bottleneck import BottleneckConfig, BottleneckLayer, BottleneckModel
+
+__all__ = ["BottleneckConfig", "BottleneckLayer", "BottleneckModel"]
