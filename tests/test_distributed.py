@@ -54,6 +54,25 @@ def test_finetune_on_two_processes(launcher, tmp_path, tiny_classifier_dir, shar
 
 
 @pytest.mark.slow
+def test_a_bottleneck_adapter_trains_on_two_processes(tmp_path, tiny_classifier_dir, shared_data):
+    """DDP over the adapters alone (the backbone frozen): both ranks step the same adapter; rank 0 saves it."""
+    out = tmp_path / "sst2-houlsby"
+    proc = _launch("torchrun", ["finetune", "glue", "--task", "sst2", "--model", tiny_classifier_dir, "--adapter",
+                                "houlsby", "--data-dir", shared_data / "glue/SST-2", "--max_train_samples", 64,
+                                "--learning_rate", 1e-2, "--output", out], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert json.loads((out / "eval_results.json").read_text())["world_size"] == 2
+    from peft import AutoPeftModelForSequenceClassification
+
+    model = AutoPeftModelForSequenceClassification.from_pretrained(out).eval()
+    ids = torch.tensor([[2, 100, 200, 300, 3]])
+    with torch.no_grad():
+        with model.disable_adapter():
+            without = model(ids).logits
+        assert not torch.allclose(model(ids).logits, without)
+
+
+@pytest.mark.slow
 def test_pretrain_on_two_processes(tmp_path, english_tokenizer_dir, shared_data):
     out = tmp_path / "pretrained"
     proc = _launch("torchrun", ["pretrain", "mlm", "--corpus", shared_data / "corpus/en/gutenberg/11-0.txt",
