@@ -3,6 +3,10 @@
 train a tokenizer -> pre-train a tiny encoder -> fine-tune and evaluate on SST-2 (sample) ->
 save with its code -> reload with ``AutoModel`` in a fresh process that cannot import hf_plm_ext.
 
+``--adapter pfeiffer`` (or ``houlsby``, ``parallel``, ``lora``): the fine-tuning trains only that adapter and the
+head, saves them alone, and the reload puts them on the pre-trained encoder (``AutoPeftModel``; after
+``import hf_plm_ext`` for this package's bottleneck adapters).
+
 ``--objective transfo-xl``: word tokenizer -> pre-train a tiny Transformer-XL language model ->
 held-out perplexity without and with memory -> generate with the memory as cache -> reload
 with ``AutoModelForCausalLM`` in a fresh process.
@@ -30,6 +34,7 @@ from hf_plm_ext.training.pretrain import pretrain
 
 DEMO_DATA = files("hf_plm_ext") / "demo_data"
 DEMO_SAMPLED_WORDS = 30
+NOTABLE_FILES = (".py", "adapter_model.safetensors")  # what the save step's row names
 
 RELOAD_SCRIPT = r"""
 import json, sys
@@ -42,6 +47,22 @@ batch = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=True)(sentenc
 with torch.no_grad():
     logits = model(**batch).logits
 print("RESULT " + json.dumps({"class": f"{type(model).__module__}.{type(model).__name__}", "logits": logits.tolist()}))
+"""
+
+ADAPTER_RELOAD_SCRIPT = r"""
+import json, sys
+import hf_plm_ext  # registers the bottleneck adapters with PEFT (a LoRA adapter would not need it)
+import torch
+from peft import AutoPeftModelForSequenceClassification
+from transformers import AutoTokenizer
+model_dir, sentences = sys.argv[1], json.loads(sys.argv[2])
+model = AutoPeftModelForSequenceClassification.from_pretrained(model_dir, trust_remote_code=True).eval()
+batch = AutoTokenizer.from_pretrained(model_dir)(sentences, padding=True, return_tensors="pt")
+with torch.no_grad():
+    logits = model(**batch).logits
+inner = model.base_model.model
+print("RESULT " + json.dumps({"class": f"PEFT {model.peft_config['default'].peft_type.value} on {type(inner).__name__}",
+                              "logits": logits.tolist()}))
 """
 
 LM_RELOAD_SCRIPT = r"""
@@ -68,6 +89,7 @@ class DemoArguments:
     pretrain_steps: int = 400
     finetune_epochs: float = 4.0
     seed: int = 42
+    adapter: str | None = None  # pfeiffer, houlsby, parallel or lora: fine-tune only that adapter and the head
 
 
 def _training_args(seed, **kwargs):
@@ -103,6 +125,8 @@ def run_demo(args: DemoArguments):
     out.mkdir(parents=True)
     objective = OBJECTIVES[args.objective]
     if objective.demo_pipeline == "language-model":
+        if args.adapter:
+            raise UserInputError(f"--adapter is for the SST-2 fine-tuning, which the {args.objective!r} demo skips")
         return run_language_model(objective, args, out)
     books = [str(DEMO_DATA / name) for name in ("alice.txt", "frankenstein.txt")]
     sst2 = DEMO_DATA / "sst2"
@@ -127,26 +151,39 @@ def run_demo(args: DemoArguments):
     encoder_dir = objective.checkpoint_to_finetune(out / "pretrained", out)
     timings["pretrain"] = time.perf_counter() - started
 
-    started = _step(3, "fine-tune and evaluate on the SST-2 sample (800 train / 200 dev)")
+    what = f"a {args.adapter} adapter" if args.adapter else "the whole model"
+    started = _step(3, f"fine-tune {what} and evaluate on the SST-2 sample (800 train / 200 dev)")
     finetune_args = FinetuneArguments(task="sst2", model=str(encoder_dir), output=str(out / "sst2"),
-                                      data_dir=str(sst2), max_seq_length=64)
+                                      data_dir=str(sst2), max_seq_length=64, adapter=args.adapter)
     results = finetune("glue", finetune_args, _training_args(
-        args.seed, num_train_epochs=args.finetune_epochs, per_device_train_batch_size=32, learning_rate=3e-4,
-        warmup_steps=10))
+        args.seed, num_train_epochs=args.finetune_epochs, per_device_train_batch_size=32,
+        learning_rate=3e-3 if args.adapter else 3e-4, warmup_steps=10))
     accuracy = results["results"][0]["metrics"]["accuracy"]
     timings["finetune"] = time.perf_counter() - started
 
-    started = _step(4, "saved checkpoint: weights + the family's code + auto_map (stock electra: neither needed)")
+    if args.adapter:
+        started = _step(4, "saved adapter: its weights and the head's, not the encoder's")
+    else:
+        started = _step(4, "saved checkpoint: weights + the family's code + auto_map (stock electra: neither needed)")
     saved = sorted(p.name for p in (out / "sst2").iterdir())
-    auto_map = json.loads((out / "sst2" / "config.json").read_text()).get("auto_map")
     print("files:", ", ".join(saved))
-    print("auto_map:", json.dumps(auto_map) if auto_map else "none (a model_type that transformers knows)")
+    auto_map = None
+    if not args.adapter:
+        auto_map = json.loads((out / "sst2" / "config.json").read_text()).get("auto_map")
+        print("auto_map:", json.dumps(auto_map) if auto_map else "none (a model_type that transformers knows)")
     timings["save"] = time.perf_counter() - started
 
-    started = _step(5, "reload with AutoModelForSequenceClassification in a process without hf_plm_ext")
     sentences = ["a charming and often affecting journey.", "unflinchingly bleak and desperate"]
-    reloaded = reload_in_fresh_process(out / "sst2", sentences)
-    local = AutoModelForSequenceClassification.from_pretrained(str(out / "sst2")).eval()
+    if args.adapter:
+        from peft import AutoPeftModelForSequenceClassification
+
+        started = _step(5, "reload the adapter on the pre-trained encoder with AutoPeftModel, in a fresh process")
+        reloaded = reload_in_fresh_process(out / "sst2", sentences, ADAPTER_RELOAD_SCRIPT)
+        local = AutoPeftModelForSequenceClassification.from_pretrained(str(out / "sst2")).eval()
+    else:
+        started = _step(5, "reload with AutoModelForSequenceClassification in a process without hf_plm_ext")
+        reloaded = reload_in_fresh_process(out / "sst2", sentences)
+        local = AutoModelForSequenceClassification.from_pretrained(str(out / "sst2")).eval()
     batch = AutoTokenizer.from_pretrained(str(out / "sst2"))(sentences, padding=True, return_tensors="pt")
     with torch.no_grad():
         expected = local(**batch).logits
@@ -159,11 +196,12 @@ def run_demo(args: DemoArguments):
         ("pre-train", f"{args.objective}, {args.pretrain_steps} steps, held-out loss "
                       f"{pretrained['initial_eval_loss']:.2f} -> {pretrained['final_eval_loss']:.2f}",
          timings["pretrain"]),
-        ("fine-tune", f"SST-2 sample dev accuracy {accuracy:.3f} (200 examples)", timings["finetune"]),
-        ("save", f"{len(saved)} files incl. {', '.join(n for n in saved if n.endswith('.py')) or 'no code'}",
+        ("fine-tune", f"{args.adapter + ' adapter, ' if args.adapter else ''}SST-2 sample dev accuracy "
+                      f"{accuracy:.3f} (200 examples)", timings["finetune"]),
+        ("save", f"{len(saved)} files incl. {', '.join(n for n in saved if n.endswith(NOTABLE_FILES)) or 'no code'}",
          timings["save"]),
-        ("reload", f"{'remote code' if auto_map else 'stock transformers'}, max logit diff {max_diff:.1e}",
-         timings["reload"]),
+        ("reload", f"{reloaded['class'] if args.adapter else 'remote code' if auto_map else 'stock transformers'}, "
+                   f"max logit diff {max_diff:.1e}", timings["reload"]),
     ]
     _write_report(out, table)
     if max_diff > 1e-4:

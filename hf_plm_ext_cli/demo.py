@@ -11,10 +11,13 @@ def add_to(demo):
     demo.add_argument("--pretrain-steps", type=int, default=400, help="pre-training steps (default: 400)")
     demo.add_argument("--finetune-epochs", type=float, default=4.0, help="SST-2 epochs (default: 4)")
     demo.add_argument("--seed", type=int, default=42, help="random seed (default: 42)")
+    demo.add_argument("--adapter", choices=["pfeiffer", "houlsby", "parallel", "lora"],
+                      help="fine-tune only this adapter and the head on SST-2 (default: the whole model)")
     demo.set_defaults(handler=run)
 
 
 def run(args):
     from hf_plm_ext.demo import DemoArguments, run_demo
 
-    run_demo(DemoArguments(args.output, args.objective, args.pretrain_steps, args.finetune_epochs, args.seed))
+    run_demo(DemoArguments(args.output, args.objective, args.pretrain_steps, args.finetune_epochs, args.seed,
+                           args.adapter))

@@ -14,6 +14,18 @@ def test_demo_runs_end_to_end_and_reloads_with_remote_code(tmp_path, capsys):
     assert (out / "sst2" / "modeling_macbert.py").is_file()
 
 
+def test_demo_with_a_pfeiffer_adapter_saves_it_alone_and_reloads_it_on_the_encoder(tmp_path, capsys):
+    out = tmp_path / "demo"
+    code, stdout, stderr = run_cli(["demo", "--adapter", "pfeiffer", "--output", out, "--pretrain-steps", 10,
+                                    "--finetune-epochs", 1], capsys)
+    assert code == 0, stderr[-3000:]
+    saved = {p.name for p in (out / "sst2").iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= saved and "model.safetensors" not in saved
+    report = (out / "demo_results.md").read_text()
+    assert "| fine-tune | pfeiffer adapter, SST-2 sample dev accuracy" in report
+    assert "| reload | PEFT BOTTLENECK on MacBertForSequenceClassification, max logit diff" in report
+
+
 def test_demo_with_electra_fine_tunes_the_exported_discriminator(tmp_path, capsys):
     import json
 

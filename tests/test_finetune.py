@@ -249,6 +249,35 @@ def test_adapter_trains_and_saves_only_the_adapter_and_the_head(adapter, prefix,
         assert not torch.allclose(adapted(ids).logits, without)
 
 
+def test_an_adapter_on_an_encoder_without_a_pooler_trains_and_saves_the_pooler_too(tmp_path, english_tokenizer_dir,
+                                                                                    shared_data, capsys):
+    """A masked-LM checkpoint has no pooler: the classifier's is new, so it trains and is saved with the adapter
+    (frozen at its random start, it would differ at every load; it did)."""
+    from peft import AutoPeftModelForSequenceClassification
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer
+
+    from conftest import tiny_macbert_config
+    from hf_plm_ext import MacBertForMaskedLM
+
+    encoder = tmp_path / "encoder"
+    MacBertForMaskedLM(tiny_macbert_config()).save_pretrained(encoder)
+    AutoTokenizer.from_pretrained(english_tokenizer_dir).save_pretrained(encoder)
+    out = tmp_path / "mrpc-houlsby"
+    code, _, stderr = _finetune(capsys, "glue", "mrpc", encoder, out, "--adapter", "houlsby", "--data-dir",
+                                shared_data / "glue/MRPC", "--max_steps", 2, "--max_train_samples", 32,
+                                "--max_seq_length", 32)
+    assert code == 0, stderr
+    assert any(".pooler." in name for name in load_file(out / "adapter_model.safetensors"))
+    import torch
+
+    ids = torch.tensor([[2, 100, 200, 300, 3]])
+    with torch.no_grad():
+        first, second = (AutoPeftModelForSequenceClassification.from_pretrained(out).eval()(ids).logits
+                         for _ in range(2))
+    assert torch.equal(first, second)
+
+
 @pytest.mark.parametrize("content, extra, message", [
     ("{not json", [], "lora.json:1: not valid JSON"),
     ('{"peft_type": "NOPE"}', [], '"peft_type" must be one of'),

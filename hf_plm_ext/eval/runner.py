@@ -192,6 +192,10 @@ def build_classifier(task: Task, args: FinetuneArguments, peft_config=None):
     if args.adapter is not None:
         peft_config = adapter_config(args.adapter, model.config.model_type)
     if peft_config is not None:
+        # what the checkpoint lacked (a pooler, beside the head) trains and is saved with the adapter: frozen at
+        # its random start it would differ at every load
+        new_modules = getattr(model, "newly_initialised_modules", [])
+        peft_config.modules_to_save = sorted(set(peft_config.modules_to_save or []) | set(new_modules)) or None
         model = with_adapter(model, peft_config, args.peft_config or f"--adapter {args.adapter}")
     return model, tokenizer
 

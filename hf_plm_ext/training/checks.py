@@ -53,13 +53,17 @@ def load_pretrained(auto_class, name_or_path, what, **kwargs):
 
 def _load_model(auto_class, name_or_path, what, **kwargs):
     """``from_pretrained`` with one line for each kind of weight that was not simply loaded, in place of
-    transformers' load report (a table, printed at every fine-tune for the new head)."""
+    transformers' load report (a table, printed at every fine-tune for the new head). The model's
+    ``newly_initialised_modules`` lists the modules whose weights were initialised here (an adapter must train and
+    save them: a BERT-style classifier's pooler, when the checkpoint had none)."""
     modeling_logger = transformers_logging.get_logger("transformers.modeling_utils")
     modeling_logger.addFilter(_without_load_report)  # not a level: transformers' other checks depend on it
     try:
         model, info = auto_class.from_pretrained(name_or_path, output_loading_info=True, **kwargs)
     finally:
         modeling_logger.removeFilter(_without_load_report)
+    model.newly_initialised_modules = sorted({key.rsplit(".", 1)[0] for key in info["missing_keys"]} |
+                                             {key.rsplit(".", 1)[0] for key, *_ in info["mismatched_keys"]})
     if int(os.environ.get("RANK", "0")) == 0:
         for keys, state in ((info["missing_keys"], "new weights, initialised randomly"),
                             ([key for key, *_ in info["mismatched_keys"]], "weights re-initialised for their new sizes"),
