@@ -29,6 +29,14 @@ from hf_plm_ext.modeling.electra_rtd import (  # noqa: E402
     ElectraRTDForSequenceClassification,
     ElectraRTDModel,
 )
+from hf_plm_ext.modeling.k_adapter import (  # noqa: E402
+    KAdapterConfig,
+    KAdapterForEntityTyping,
+    KAdapterForRelationClassification,
+    KAdapterForSequenceClassification,
+    KAdapterForTokenClassification,
+    KAdapterModel,
+)
 from hf_plm_ext.modeling.macbert import (  # noqa: E402
     MacBertConfig,
     MacBertForMaskedLM,
@@ -67,6 +75,8 @@ __all__ = [
     "ElectraRTDConfig", "ElectraForRTDPreTraining", "ElectraRTDModel", "ElectraRTDForSequenceClassification",
     "TransfoXLConfig", "TransfoXLModel", "TransfoXLLMHeadModel", "TransfoXLForSequenceClassification",
     "RevLSHConfig", "RevLSHModel", "RevLSHForMaskedLM", "RevLSHForCausalLM", "RevLSHForSequenceClassification",
+    "KAdapterConfig", "KAdapterModel", "KAdapterForSequenceClassification", "KAdapterForTokenClassification",
+    "KAdapterForEntityTyping", "KAdapterForRelationClassification",
     # adapters (a PEFT method)
     "BottleneckConfig", "BottleneckModel", "BottleneckLayer",
     # data: collators and example builders

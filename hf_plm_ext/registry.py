@@ -13,6 +13,12 @@ from hf_plm_ext.modeling.electra_rtd import (
     ElectraRTDForSequenceClassification,
     ElectraRTDModel,
 )
+from hf_plm_ext.modeling.k_adapter import (
+    KAdapterConfig,
+    KAdapterForSequenceClassification,
+    KAdapterForTokenClassification,
+    KAdapterModel,
+)
 from hf_plm_ext.modeling.macbert import (
     MacBertConfig,
     MacBertForMaskedLM,
@@ -60,6 +66,12 @@ FAMILIES = {
         "AutoModelForMaskedLM": RevLSHForMaskedLM,
         "AutoModelForCausalLM": RevLSHForCausalLM,  # needs is_decoder=True
         "AutoModelForSequenceClassification": RevLSHForSequenceClassification,
+    },
+    # (its entity-typing and relation heads have no Auto class: KAdapterForEntityTyping.from_pretrained, ...)
+    KAdapterConfig: {
+        "AutoModel": KAdapterModel,
+        "AutoModelForSequenceClassification": KAdapterForSequenceClassification,
+        "AutoModelForTokenClassification": KAdapterForTokenClassification,
     },
 }
 

@@ -7,7 +7,7 @@ Every config here is tiny (hidden sizes 16-128, two layers): the default test ru
 
 import torch
 
-from hf_plm_ext import FAMILIES, ElectraRTDConfig, MacBertConfig, RevLSHConfig, TransfoXLConfig
+from hf_plm_ext import FAMILIES, ElectraRTDConfig, KAdapterConfig, MacBertConfig, RevLSHConfig, TransfoXLConfig
 
 VOCAB = 99
 
@@ -44,6 +44,15 @@ def tiny_rev_lsh_plain(**overrides):
     return tiny_rev_lsh(**{**dict(reversible=False), **overrides})
 
 
+def tiny_k_adapter(**overrides):
+    """Two adapters over a 3-layer BERT, concatenated; the backbone saved within (no path)."""
+    backbone = dict(model_type="bert", vocab_size=VOCAB, hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
+                    intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return KAdapterConfig(**{**dict(backbone_config=backbone, adapter_names=["factual", "linguistic"],
+                                    adapter_size=16, adapter_num_layers=1, adapter_num_attention_heads=2,
+                                    adapter_intermediate_size=32, adapter_dropout=0.0), **overrides})
+
+
 # name -> a tiny config of that family (a variant's name says how it differs)
 TINY_CONFIGS = {
     "macbert": tiny_macbert,
@@ -52,6 +61,7 @@ TINY_CONFIGS = {
     "transfo-xl-adaptive": tiny_transfo_xl_adaptive,
     "rev-lsh": tiny_rev_lsh,
     "rev-lsh-plain": tiny_rev_lsh_plain,
+    "k-adapter": tiny_k_adapter,
 }
 
 

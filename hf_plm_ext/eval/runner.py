@@ -56,6 +56,9 @@ class FinetuneArguments:
         "help": "train an adapter and the task head only: houlsby, pfeiffer or parallel (this package's bottleneck "
                 "adapters, AdapterHub's presets) or lora (PEFT's, r=8 on the attention's query and value)",
         "choices": ["houlsby", "pfeiffer", "parallel", "lora"]})
+    freeze_adapters: bool = field(default=False, metadata={
+        "help": "a K-Adapter checkpoint: keep its knowledge adapters frozen, train the fusion and the head only "
+                "(the paper's --freeze_adapter)"})
 
 
 def read_peft_config(config_file: str):
@@ -185,6 +188,11 @@ def build_classifier(task: Task, args: FinetuneArguments, peft_config=None):
     tokenizer = load_pretrained(AutoTokenizer, args.model, "tokenizer")
     config = load_pretrained(AutoConfig, args.model, "config", **label_kwargs)
     config.finetuning_task = task.name
+    if args.freeze_adapters:
+        if config.model_type != "k-adapter":
+            raise UserInputError(f"--freeze-adapters is for K-Adapter checkpoints; {args.model} is a "
+                                 f"{config.model_type!r} one")
+        config.frozen_adapters = list(config.adapter_names)
     model = load_pretrained(AutoModelForSequenceClassification, args.model, "model", config=config,
                             ignore_mismatched_sizes=args.ignore_mismatched_sizes)
     check_tokenizer_fits(tokenizer, model, args.model)

@@ -1,0 +1,116 @@
+"""K-Adapter configuration (Wang et al., 2021): knowledge adapters beside a frozen backbone.
+
+The backbone is a sub-config (any transformers encoder that returns hidden states: BERT, RoBERTa, MiniLM, ...);
+its weights either come from ``backbone_name_or_path`` when the model loads (checkpoints then hold only the
+adapters and heads) or are saved with the model (``embed_backbone``, and always when no path is given).
+"""
+
+from huggingface_hub.dataclasses import strict
+from transformers import AutoConfig, PreTrainedConfig
+from transformers.configuration_utils import SubConfigSpec
+
+FUSIONS = ("concat", "add")
+
+
+def spread_layers(num_hidden_layers: int, count: int = 3) -> list[int]:
+    """``count`` hidden-state indices spread over the depth as the paper's {0, 11, 22} of 24: from the embeddings
+    (0) to two below the top (``num_hidden_layers - 2``)."""
+    top = max(num_hidden_layers - 2, 0)
+    return sorted({round(i * top / (count - 1)) for i in range(count)}) if count > 1 else [0]
+
+
+@strict
+class KAdapterConfig(PreTrainedConfig):
+    r"""Knowledge adapters read a frozen backbone's hidden states at ``adapter_layers``.
+
+    Each named adapter is a chain over those layers: at layer ``i`` it takes ``hidden_states[i]`` plus its own
+    previous output, projects it down to ``adapter_size``, runs ``adapter_num_layers`` small transformer layers,
+    projects back up and adds its input (the paper's ``fac-adapter``). The adapters' last outputs are fused with
+    the backbone's last hidden state: ``concat`` (per adapter a dense over ``[backbone; adapter]``, then one over
+    their concatenation when several) or ``add`` (backbone + adapters, then a dense).
+
+    Args:
+        backbone_config: the backbone's config (a dict with its ``model_type``, or a config).
+        backbone_name_or_path: a folder or Hub repo id that holds the backbone's weights; None: saved within.
+        embed_backbone: save the backbone's weights with the model even when a path is given.
+        adapter_names: the adapters, by name (e.g. ``["factual", "linguistic"]``).
+        adapter_layers: the backbone's hidden-state indices each adapter reads (0: the embeddings); default three
+            spread over the depth (:func:`spread_layers`).
+        adapter_size: the adapters' inner width. adapter_num_layers, adapter_num_attention_heads,
+            adapter_intermediate_size, adapter_hidden_act, adapter_dropout: their transformer layers.
+        adapter_skip_layers: every this many adapter layers, the output of an earlier one is added again (the
+            paper's ``adapter_skip_layers``; 0: none).
+        adapter_initializer_range: the adapters' init std (the paper's 0.0002: they start close to the identity).
+        fusion: ``concat`` or ``add``.
+        frozen_adapters: adapters kept frozen in training (the paper's ``--freeze_adapter`` when pre-trained
+            adapters are combined for a downstream task).
+        classifier_dropout: before the heads (default: the backbone's ``hidden_dropout_prob``, else 0.1).
+    """
+
+    model_type = "k-adapter"
+    sub_configs_defaults = {"backbone_config": SubConfigSpec(config_class=AutoConfig, model_type="bert")}
+
+    backbone_config: dict | PreTrainedConfig | None = None
+    backbone_name_or_path: str | None = None
+    embed_backbone: bool = False
+    adapter_names: list[str] | tuple[str, ...] = ("adapter",)
+    adapter_layers: list[int] | tuple[int, ...] | None = None
+    adapter_size: int = 768
+    adapter_num_layers: int = 2
+    adapter_num_attention_heads: int = 12
+    adapter_intermediate_size: int = 3072
+    adapter_hidden_act: str = "gelu"
+    adapter_dropout: float = 0.1
+    adapter_skip_layers: int = 0
+    adapter_initializer_range: float = 0.0002
+    fusion: str = "concat"
+    frozen_adapters: list[str] | tuple[str, ...] = ()
+    classifier_dropout: float | None = None
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        self.adapter_names, self.frozen_adapters = list(self.adapter_names), list(self.frozen_adapters)
+        if self.adapter_layers is None:
+            self.adapter_layers = spread_layers(self.backbone_config.num_hidden_layers)
+        self.adapter_layers = list(self.adapter_layers)
+        self.num_hidden_layers = self.backbone_config.num_hidden_layers  # the hidden states returned: the backbone's
+        family_auto_map = getattr(type(self), "_family_auto_map", None)  # see MacBertConfig
+        if family_auto_map and getattr(self, "auto_map", None) is None:
+            self.auto_map = dict(family_auto_map)
+
+    @property
+    def hidden_size(self) -> int:
+        return self.backbone_config.hidden_size
+
+    def saves_backbone(self) -> bool:
+        return self.embed_backbone or not self.backbone_name_or_path
+
+    def validate_k_adapter_fields(self):
+        """Run by ``@strict`` after ``__init__`` and by ``config.validate()``."""
+        depth = self.backbone_config.num_hidden_layers
+        outside = [index for index in self.adapter_layers if not 0 <= index <= depth]
+        if outside or not self.adapter_layers:
+            raise ValueError(f"KAdapterConfig.adapter_layers must be hidden-state indices of the backbone, in [0, "
+                             f"{depth}] (0: the embeddings; its {depth} layers), got {self.adapter_layers}")
+        if not self.adapter_names or len(set(self.adapter_names)) != len(self.adapter_names):
+            raise ValueError(f"KAdapterConfig.adapter_names must be distinct names, got {self.adapter_names}")
+        unknown = sorted(set(self.frozen_adapters) - set(self.adapter_names))
+        if unknown:
+            raise ValueError(f"KAdapterConfig.frozen_adapters names no adapter: {unknown} (adapters: "
+                             f"{self.adapter_names})")
+        if self.fusion not in FUSIONS:
+            raise ValueError(f"KAdapterConfig.fusion must be one of {FUSIONS}, got {self.fusion!r}")
+        for name in ("adapter_size", "adapter_num_layers", "adapter_num_attention_heads",
+                     "adapter_intermediate_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"KAdapterConfig.{name} must be positive, got {getattr(self, name)}")
+        if self.adapter_size % self.adapter_num_attention_heads:
+            raise ValueError(f"KAdapterConfig.adapter_size ({self.adapter_size}) must split into "
+                             f"adapter_num_attention_heads ({self.adapter_num_attention_heads})")
+        if self.adapter_skip_layers < 0:
+            raise ValueError(f"KAdapterConfig.adapter_skip_layers must be non-negative, got {self.adapter_skip_layers}")
+        if not 0.0 <= self.adapter_dropout < 1.0:
+            raise ValueError(f"KAdapterConfig.adapter_dropout must be in [0, 1), got {self.adapter_dropout}")
+
+
+__all__ = ["KAdapterConfig", "spread_layers"]
