@@ -237,6 +237,10 @@ class _KAdapterWithHead(KAdapterPreTrainedModel):
                               output_hidden_states=output_hidden_states, output_attentions=output_attentions,
                               return_dict=True)
 
+    def _tanh_head(self, features):
+        """``features`` -> dropout -> ``dense`` -> tanh -> dropout -> ``out_proj`` (RoBERTa's classification head)."""
+        return self.out_proj(self.dropout(torch.tanh(self.dense(self.dropout(features)))))
+
     @staticmethod
     def _at(hidden, positions):
         """``hidden[b, positions[b]]`` for each row: ``[batch, hidden]``."""
@@ -259,8 +263,7 @@ class KAdapterForSequenceClassification(_KAdapterWithHead):
                 **kwargs) -> SequenceClassifierOutput:
         outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                                output_hidden_states, output_attentions)
-        first = self.dropout(outputs.last_hidden_state[:, 0])
-        logits = self.out_proj(self.dropout(torch.tanh(self.dense(first))))
+        logits = self._tanh_head(outputs.last_hidden_state[:, 0])
         loss = None if labels is None else self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
                                         attentions=outputs.attentions)
@@ -307,8 +310,7 @@ class KAdapterForEntityTyping(_KAdapterWithHead):
                                output_hidden_states, output_attentions)
         if entity_positions is None:
             raise ValueError("KAdapterForEntityTyping needs entity_positions [batch]: where each entity is marked")
-        entity = self.dropout(self._at(outputs.last_hidden_state, entity_positions))
-        logits = self.out_proj(self.dropout(torch.tanh(self.dense(entity))))
+        logits = self._tanh_head(self._at(outputs.last_hidden_state, entity_positions))
         loss = None
         if labels is not None:
             loss = nn.functional.binary_cross_entropy_with_logits(logits.float(), labels.float())
@@ -336,7 +338,7 @@ class KAdapterForRelationClassification(_KAdapterWithHead):
             raise ValueError("KAdapterForRelationClassification needs subject_positions and object_positions [batch]")
         pair = torch.cat([self._at(outputs.last_hidden_state, subject_positions),
                           self._at(outputs.last_hidden_state, object_positions)], dim=-1)
-        logits = self.out_proj(self.dropout(torch.tanh(self.dense(self.dropout(pair)))))
+        logits = self._tanh_head(pair)
         loss = None if labels is None else nn.functional.cross_entropy(logits.float(), labels)
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
                                         attentions=outputs.attentions)
