@@ -285,6 +285,8 @@ def adapterhub_copy(tmp_path, **config_changes):
     folder = tmp_path / "adapter"
     shutil.copytree(ADAPTERHUB / "pfeiffer", folder)
     config = json.loads((folder / "adapter_config.json").read_text())
+    if "model_type" in config_changes:
+        config["model_type"] = config_changes.pop("model_type")
     config["config"].update(config_changes)
     (folder / "adapter_config.json").write_text(json.dumps(config))
     return folder
@@ -296,6 +298,7 @@ def adapterhub_copy(tmp_path, **config_changes):
     (dict(scaling="channel"), None, "scaling='channel' is not converted"),
     ({}, "adapter.safetensors", "no adapter.safetensors in"),
     ({}, "adapter_config.json", "AdapterHub adapter config not found"),
+    ({"model_type": "roberta"}, None, "a 'roberta' model's head is not converted"),
 ])
 def test_what_cannot_convert_is_one_clear_error_and_nothing_is_written(changes, remove, message, tmp_path, capsys):
     folder = adapterhub_copy(tmp_path, **changes)

@@ -29,6 +29,7 @@ ADAPTER_KEY = re.compile(r"^(?P<module>.+)\.adapters\.(?P<name>[^.]+)\.(?P<part>
                          r"(?P<suffix>\.weight|\.bias)?$")
 PARTS = {"adapter_down.0": "bn_down", "adapter_up": "bn_up", "scaling": "bn_scaling"}
 HEAD_LAYERS = {"1": "bert.pooler.dense", "4": "classifier"}  # AdapterHub's Sequential: dropout, dense, tanh, ...
+HEAD_MODEL_TYPES = ("bert",)  # whose sequence classifier is pooler (dense, tanh) + classifier
 
 
 def bottleneck_config_fields(adapter_config: dict, source: Path) -> dict:
@@ -76,11 +77,15 @@ def convert_adapterhub(source, output) -> Path:
         raise UserInputError(f"{weights_file}: adapter weights of width {sorted(widths)}, but the config says the "
                              f"backbone's hidden_size is {hidden_size}")
     modules_to_save, task_type = None, None
+    model_type = adapter_config.get("model_type")
     if (source / "head_config.json").is_file():
+        if model_type not in HEAD_MODEL_TYPES:
+            raise UserInputError(f"{source / 'head_config.json'}: a {model_type!r} model's head is not converted (only "
+                                 f"BERT's, whose pooler and classifier it becomes); move head_config.json away to "
+                                 f"convert the adapter alone")
         head_weights = read_classification_head(source)
         weights.update(head_weights)
         modules_to_save, task_type = ["classifier", "pooler"], "SEQ_CLS"
-    model_type = adapter_config.get("model_type")
     try:
         config = BottleneckConfig(**fields, task_type=task_type, modules_to_save=modules_to_save)
         config.target_modules = target_regex(model_type, config)
