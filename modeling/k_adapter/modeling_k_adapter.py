@@ -237,6 +237,10 @@ class _KAdapterWithHead(KAdapterPreTrainedModel):
                               output_hidden_states=output_hidden_states, output_attentions=output_attentions,
                               return_dict=True)
 
+    def _add_tanh_head(self, in_width):
+        self.dense = nn.Linear(in_width, self.config.hidden_size)
+        self.out_proj = nn.Linear(self.config.hidden_size, self.config.num_labels)
+
     def _tanh_head(self, features):
         """``features`` -> dropout -> ``dense`` -> tanh -> dropout -> ``out_proj`` (RoBERTa's classification head)."""
         return self.out_proj(self.dropout(torch.tanh(self.dense(self.dropout(features)))))
@@ -253,8 +257,7 @@ class KAdapterForSequenceClassification(_KAdapterWithHead):
 
     def __init__(self, config: KAdapterConfig):
         super().__init__(config)
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
+        self._add_tanh_head(config.hidden_size)
         self.post_init()
 
     @can_return_tuple
@@ -298,8 +301,7 @@ class KAdapterForEntityTyping(_KAdapterWithHead):
 
     def __init__(self, config: KAdapterConfig):
         super().__init__(config)
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
+        self._add_tanh_head(config.hidden_size)
         self.post_init()
 
     @can_return_tuple
@@ -324,8 +326,7 @@ class KAdapterForRelationClassification(_KAdapterWithHead):
 
     def __init__(self, config: KAdapterConfig):
         super().__init__(config)
-        self.dense = nn.Linear(2 * config.hidden_size, config.hidden_size)
-        self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
+        self._add_tanh_head(2 * config.hidden_size)
         self.post_init()
 
     @can_return_tuple

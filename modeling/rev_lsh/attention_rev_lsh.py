@@ -192,31 +192,31 @@ class LSHSelfAttention(nn.Module):
         key_mask = None if attention_mask is None else attention_mask.bool()[:, None, :]
         seq = hidden_states.shape[1]
         if seq <= self.chunk_length:
-            if cache is not None:
-                self._fill_cache(cache, query_keys, values, length, num_hashes)
+            if cache is not None:  # rotations for the longer sequence decoding makes: a two-chunk one's
+                rotations = self.rotations(2 * self.chunk_length, num_hashes, query_keys)
+                factors = self.bucket_factors(2 * self.chunk_length)
+                self._fill_cache(cache, query_keys, values, length, rotations, factors,
+                                 self.raw_buckets(query_keys, rotations, factors)[0])
             positions = torch.arange(seq, device=hidden_states.device)
             out, _, probs = attend(query_keys, normalized_keys(query_keys), values, positions, positions, key_mask,
                                    self.causal, self.dropout, self.training)
             return merge_heads(out)[:, :length], None, probs if output_attentions else None
         rotations = self.rotations(seq, num_hashes, query_keys)
         if buckets is None:
-            buckets = self.hash(query_keys, rotations, attention_mask)
-        if cache is not None:
-            self._fill_cache(cache, query_keys, values, length, num_hashes, rotations)
+            factors = self.bucket_factors(seq)
+            raw_buckets, total = self.raw_buckets(query_keys, rotations, factors)
+            buckets = offset_buckets(raw_buckets, total, attention_mask)
+            if cache is not None:
+                self._fill_cache(cache, query_keys, values, length, rotations, factors, raw_buckets)
         out, probs = self._attend_in_buckets(query_keys, values, buckets, key_mask, num_hashes)
         return merge_heads(out)[:, :length], buckets, probs if output_attentions else None
 
-    def _fill_cache(self, cache, query_keys, values, length, num_hashes, rotations=None):
-        """The cache of the first ``length`` positions. A sequence attended fully (no rotations drawn) gets the
-        rotations of a two-chunk one, for the longer sequence decoding makes."""
-        seq = query_keys.shape[2] if rotations is not None else 2 * self.chunk_length
-        factors = self.bucket_factors(seq)
-        if rotations is None:
-            rotations = self.rotations(seq, num_hashes, query_keys)
-        query_keys, values = query_keys[:, :, :length], values[:, :, :length]
-        raw_buckets, _ = self.raw_buckets(query_keys, rotations, factors)
-        cache.update(query_keys=query_keys, values=values, buckets=raw_buckets.transpose(2, 3), rotations=rotations,
-                     factors=factors)
+    @staticmethod
+    def _fill_cache(cache, query_keys, values, length, rotations, factors, raw_buckets):
+        """The cache of the first ``length`` positions: the keys (normalised: all that decoding reads of them),
+        values, buckets ``[batch, heads, length, rounds]`` and what hashes the tokens that follow."""
+        cache.update(keys=normalized_keys(query_keys[:, :, :length]), values=values[:, :, :length],
+                     buckets=raw_buckets[..., :length].transpose(2, 3), rotations=rotations, factors=factors)
 
     def decode(self, hidden_states, attention_mask, cache, padded_length=None):
         """One new token ``[batch, 1, hidden]`` after the cached ones: ``[batch, 1, heads * head_size]``, what the
@@ -224,20 +224,20 @@ class LSHSelfAttention(nn.Module):
         stays the one of the first call (a whole-sequence call may choose another for the longer length)."""
         query_key = split_heads(self.query_key(hidden_states), self.num_heads)
         new_buckets, total = self.raw_buckets(query_key, cache["rotations"], cache["factors"])
-        query_keys, values, buckets = extend_cache(cache, query_keys=query_key,
-                                                   values=split_heads(self.value(hidden_states), self.num_heads),
-                                                   buckets=new_buckets.transpose(2, 3))
-        batch, heads, seq, d = query_keys.shape
+        keys, values, buckets = extend_cache(cache, keys=normalized_keys(query_key),
+                                             values=split_heads(self.value(hidden_states), self.num_heads),
+                                             buckets=new_buckets.transpose(2, 3))
+        batch, heads, seq, d = keys.shape
         padded = padded_length or chunk_padded_length(seq, self.chunk_length)
-        mask = (torch.ones(batch, seq, dtype=torch.bool, device=query_keys.device) if attention_mask is None
+        mask = (torch.ones(batch, seq, dtype=torch.bool, device=keys.device) if attention_mask is None
                 else attention_mask.bool())
         if padded <= self.chunk_length:
-            positions = torch.arange(seq, device=query_keys.device)
-            out, _, _ = attend(query_key, normalized_keys(query_keys), values, positions[-1:], positions,
-                               mask[:, None, :], self.causal, 0.0, False)
+            positions = torch.arange(seq, device=keys.device)
+            out, _, _ = attend(query_key, keys, values, positions[-1:], positions, mask[:, None, :], self.causal,
+                               0.0, False)
             return merge_heads(out)
         missing = padded - seq
-        keys = nn.functional.pad(normalized_keys(query_keys), (0, 0, 0, missing))
+        keys = nn.functional.pad(keys, (0, 0, 0, missing))
         values = nn.functional.pad(values, (0, 0, 0, missing))
         mask = nn.functional.pad(mask, (0, missing))
         rounds = buckets.shape[-1]
@@ -272,15 +272,10 @@ class LSHSelfAttention(nn.Module):
         generator = torch.Generator().manual_seed(self.hash_seed)
         return torch.randn(shape, generator=generator, dtype=like.dtype).to(like.device)
 
-    def hash(self, query_keys, rotations, attention_mask=None):
-        """Bucket of every position in every round: ``[batch, heads, num_hashes, seq]`` (long; round r's buckets
-        offset by r times the bucket count, so rounds never mix; padding in a bucket of its own)."""
-        return offset_buckets(*self.raw_buckets(query_keys, rotations, self.bucket_factors(query_keys.shape[2])),
-                              attention_mask)
-
     @staticmethod
     def raw_buckets(query_keys, rotations, factors):
-        """``(buckets [batch, heads, num_hashes, seq] in [0, total), total)``: ``argmax([xR; -xR])`` per factor."""
+        """``(buckets [batch, heads, num_hashes, seq] in [0, total), total)``: ``argmax([xR; -xR])`` per factor (the
+        factors' buckets combined as digits). :func:`offset_buckets` then separates padding and rounds."""
         rotated = torch.einsum("bhsd,hdrk->bhrsk", query_keys.detach(), rotations)
         buckets, start, total = 0, 0, 1
         for factor in factors:

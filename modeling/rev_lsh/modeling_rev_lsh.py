@@ -64,7 +64,7 @@ class RevLSHCausalLMOutput(ModelOutput):
 
 class RevLSHCache:
     """``generate``'s cache for a causal stack: per layer its attention's keys and values ``[batch, heads, seen,
-    head_size]`` (LSH: the shared query-keys, values, buckets ``[batch, heads, seen, rounds]`` and the rotations),
+    head_size]`` (LSH: also the buckets ``[batch, heads, seen, rounds]`` and the rotations),
     and the attention mask of the tokens seen. With it each new token costs one position per layer.
 
     Full and local layers decode exactly what recomputing the whole sequence gives. An LSH layer gives what the
@@ -74,15 +74,14 @@ class RevLSHCache:
     only approximates).
     """
 
-    batch_tensors = ("keys", "values", "query_keys", "buckets")
+    batch_tensors = ("keys", "values", "buckets")
 
     def __init__(self, num_layers: int):
         self.layers = [{} for _ in range(num_layers)]
         self.attention_mask = None  # [batch, seen], or None for no padding
 
     def get_seq_length(self) -> int:
-        first = self.layers[0]
-        return 0 if not first else next(first[name] for name in ("keys", "query_keys") if name in first).shape[2]
+        return self.layers[0]["keys"].shape[2] if self.layers[0] else 0
 
     def keep_first(self, length: int):
         """Forget what lies after the first ``length`` positions (the padding a forward adds)."""

@@ -7,6 +7,7 @@ Field names and presets are AdapterHub's (``adapters.BnConfig``, ``SeqBnConfig``
 from dataclasses import dataclass, field
 
 from peft import PeftConfig
+from transformers.activations import ACT2FN
 
 from .peft_type import BOTTLENECK
 
@@ -98,8 +99,6 @@ class BottleneckConfig(PeftConfig):
             raise ValueError(f"BottleneckConfig.dropout must be in [0, 1), got {self.dropout}")
         if self.target_modules is None and not (self.mh_adapter or self.output_adapter):
             raise ValueError("BottleneckConfig: mh_adapter and output_adapter are both False: no place for an adapter")
-        from transformers.activations import ACT2FN
-
         if self.non_linearity.lower() not in ACT2FN:
             raise ValueError(f"BottleneckConfig.non_linearity must be one of transformers' activations "
                              f"({', '.join(sorted(ACT2FN))}), got {self.non_linearity!r}")

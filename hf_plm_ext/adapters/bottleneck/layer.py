@@ -101,7 +101,7 @@ class BottleneckLayer(nn.Module, BaseTunerLayer):
         self.bn_options[adapter_name] = dict(
             original_ln_before=config.original_ln_before, original_ln_after=config.original_ln_after,
             residual_before_ln=config.residual_before_ln, is_parallel=config.is_parallel,
-            activation=config.non_linearity.lower(), dropout=config.dropout,
+            activation=ACT2FN[config.non_linearity.lower()], dropout=config.dropout,
             scaling=None if config.scaling == "learned" else float(config.scaling))
         self._move_adapter_to_device_of_base_layer(adapter_name)
         self.set_adapter(self.active_adapters)
@@ -109,7 +109,7 @@ class BottleneckLayer(nn.Module, BaseTunerLayer):
     def bottleneck(self, name: str, x: torch.Tensor) -> torch.Tensor:
         """Adapter ``name`` on ``x`` ``[..., width]`` (no residual)."""
         options = self.bn_options[name]
-        up = self.bn_up[name](ACT2FN[options["activation"]](self.bn_down[name](x)))
+        up = self.bn_up[name](options["activation"](self.bn_down[name](x)))
         up = up * (self.bn_scaling[name] if options["scaling"] is None else options["scaling"])
         return nn.functional.dropout(up, options["dropout"], self.training)
 
