@@ -19,6 +19,14 @@ from hf_plm_ext.data.similar_words import EmbeddingNeighbours, SynonymTable, loa
 from hf_plm_ext.data.sop import build_sop_pairs  # noqa: E402
 from hf_plm_ext.data.token_blocks import token_blocks  # noqa: E402
 from hf_plm_ext.data.tokenizer_training import train_tokenizer  # noqa: E402
+from hf_plm_ext.distill import (  # noqa: E402
+    DistillationArguments,
+    DistillationModel,
+    DistillationTrainer,
+    student_config,
+    student_from_teacher_layers,
+)
+from hf_plm_ext.distill.recipe import distill_general, distill_task  # noqa: E402
 from hf_plm_ext.eval.language_model import evaluate_language_model, stream_perplexity  # noqa: E402
 from hf_plm_ext.eval.runner import FinetuneArguments, finetune  # noqa: E402
 from hf_plm_ext.hub.cards import render_card  # noqa: E402
@@ -86,6 +94,9 @@ __all__ = [
     # training
     "SubLossTrainer", "SegmentMemoryTrainer", "LayerwiseLRDecayTrainer", "OBJECTIVES", "Objective",
     "PretrainArguments", "pretrain",
+    # distillation
+    "DistillationArguments", "DistillationModel", "DistillationTrainer", "student_config",
+    "student_from_teacher_layers", "distill_task", "distill_general",
     # evaluation, conversion, publishing
     "FinetuneArguments", "finetune", "rtd_metrics", "stream_perplexity", "evaluate_language_model",
     "export_as_bert", "export_electra", "convert_reformer", "convert_adapterhub", "render_card", "push_checkpoint",

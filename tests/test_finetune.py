@@ -238,7 +238,11 @@ def test_adapter_trains_and_saves_only_the_adapter_and_the_head(adapter, prefix,
     saved = load_file(out / "adapter_model.safetensors")
     assert any(prefix in name for name in saved)
     assert all(prefix in name or ".classifier." in name for name in saved), sorted(saved)
-    assert json.loads((out / "eval_results.json").read_text())["adapter"] == adapter
+    record = json.loads((out / "eval_results.json").read_text())
+    assert record["adapter"] == adapter
+    # the record counts what trained: the saved adapter and head, nothing of the frozen backbone
+    assert record["parameters"]["trainable"] == sum(tensor.numel() for tensor in saved.values())
+    assert record["parameters"]["trainable"] < record["parameters"]["total"]
     import torch
 
     ids = torch.tensor([[2, 100, 200, 300, 3]])

@@ -243,6 +243,13 @@ def evaluate_splits(trainer, data: TaskData, eval_datasets: dict) -> list[dict]:
     return results
 
 
+def parameter_counts(model) -> dict:
+    """``{"trainable", "total", "trainable_percent"}``, as PEFT's ``print_trainable_parameters`` counts them."""
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in model.parameters())
+    return {"trainable": trainable, "total": total, "trainable_percent": round(100 * trainable / total, 3)}
+
+
 def save_run(trainer, directory, results: dict) -> None:
     """The trained model (or adapter), its tokenizer, JSON training arguments and the results files."""
     save_final(trainer, directory)
@@ -284,6 +291,7 @@ def finetune(benchmark: str, args: FinetuneArguments, training_args: TrainingArg
             "peft_config": args.peft_config,
             "adapter": args.adapter,
             "world_size": training_args.world_size,
+            "parameters": parameter_counts(model),
             "train_metrics": train_result.metrics,
             "results": evaluate_splits(trainer, data, eval_datasets),
         }

@@ -81,6 +81,7 @@ def render_card(checkpoint, repo_id=None, language=None, license=None, base_mode
         pretraining = {k: _show(merged[k]) for k in fields if merged.get(k) is not None}
         if objective_class:
             pretraining.update(objective_class.card_rows(merged))
+    distilled = (evaluated or {}).get("distillation") or _optional(checkpoint / "distill_results.json")
     training = {k: _show(training_args[k]) for k in TRAINING_FIELDS if training_args.get(k) not in (None, -1)}
     objective = (pretrained or {}).get("objective")
     name = repo_id.split("/")[-1] if repo_id else checkpoint.name
@@ -91,7 +92,13 @@ def render_card(checkpoint, repo_id=None, language=None, license=None, base_mode
               *(["custom_code"] if config.get("auto_map") else [])])),
         eval_results=eval_results_of(evaluated) if evaluated else None,
     )
-    if evaluated:
+    if distilled:
+        what = (f"This checkpoint is a student distilled from `{distilled['teacher']}` (TinyBERT's layer-wise "
+                f"distillation; {distilled['student_parameters']:,} parameters, the teacher "
+                f"{distilled['teacher_parameters']:,})" + (f" on {evaluated['benchmark'].upper()} "
+                                                            f"{evaluated['task'].upper()}." if evaluated else
+                                                            " on unlabelled text (general distillation)."))
+    elif evaluated:
         what = f"This checkpoint is {fine_tuned_on(evaluated)}."
     elif pretrained:
         what = (f"This checkpoint is the model with its pre-training heads (`{architecture}`), pre-trained with the "
@@ -103,6 +110,7 @@ def render_card(checkpoint, repo_id=None, language=None, license=None, base_mode
         card_data, template_str=template_for(config["model_type"]), model_name=name,
         repo_id=repo_id or f"path/to/{checkpoint.name}", auto_class=auto_class, architecture=architecture,
         what_this_checkpoint_is=what, pretraining=pretraining, training=training,
+        distillation=distillation_rows(distilled) if distilled else {},
         results_table=results_table([evaluated]) if evaluated else "",
         num_parameters=_parameter_count(checkpoint), config=config, **{k: config.get(k) for k in (
             "num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")},
@@ -141,6 +149,26 @@ ADAPTER_FIELDS = ("r", "lora_alpha", "lora_dropout", "reduction_factor", "non_li
                   "output_adapter", "original_ln_before", "is_parallel", "scaling", "target_modules")
 # PEFT methods that this package registers with PEFT on `import hf_plm_ext`: an adapter of one of them loads only where hf-plm-ext is installed and imported, and its card says so
 PACKAGE_PEFT_METHODS = {"BOTTLENECK"}
+
+
+def distillation_rows(distilled: dict) -> dict:
+    """The card's distillation table: teacher, where the student started, each stage, the losses."""
+    arguments = distilled.get("arguments", {})
+    rows = {"teacher": f"`{distilled['teacher']}`", "student initialised from": distilled["student_from"]}
+    for number, stage in enumerate(distilled["stages"], start=1):
+        steps = f"{stage['max_steps']} steps" if stage.get("max_steps") else f"{_show(stage['epochs'])} epochs"
+        rows[f"stage {number}"] = f"{stage['stage']}, {steps}, learning rate {_show(stage['learning_rate'])}"
+    rows["layer map"] = arguments.get("layer_map")
+    rows["losses"] = (f"attention {arguments.get('attention_loss')}, hidden states {arguments.get('hidden_loss')}, "
+                      f"prediction {arguments.get('prediction_loss') or 'default'} (temperature "
+                      f"{arguments.get('temperature')})")
+    for split in distilled.get("teacher_results", []):
+        rows[f"teacher on {split['split']}"] = ", ".join(f"{name} {value:.4f}" for name, value in
+                                                         split["metrics"].items())
+    if "final_eval_loss" in distilled:
+        rows["held-out distillation loss"] = (f"{distilled['initial_eval_loss']:.4f} -> "
+                                              f"{distilled['final_eval_loss']:.4f}")
+    return {name: value for name, value in rows.items() if value is not None}
 
 
 def fine_tuned_on(evaluated: dict) -> str:

@@ -10,7 +10,7 @@ class SubLossTrainer(Trainer):
     and over the processes.
 
     The fields are summed as detached tensors on their device (no host sync per micro-batch) and brought to the
-    host once per log, averaged over the ranks there (``Trainer.log`` runs on every rank). ``sub_loss_history`` keeps
+    host once per log (and at the end of training, for the steps since the last), averaged over the ranks there (``Trainer.log`` runs on every rank). ``sub_loss_history`` keeps
     every logged average.
     """
 
@@ -29,7 +29,8 @@ class SubLossTrainer(Trainer):
         return (loss, outputs) if return_outputs else loss
 
     def log(self, logs, start_time=None):
-        if self._sub_loss_count and "loss" in logs:
+        # a training log, or the end of training's (what the steps since the last log averaged)
+        if self._sub_loss_count and ("loss" in logs or "train_loss" in logs):
             if self._sub_loss_sums:  # a model without named sub-losses (a plain MLM head) logs only `loss`
                 names = sorted(self._sub_loss_sums)
                 means = torch.stack([self._sub_loss_sums[name] for name in names]) / self._sub_loss_count

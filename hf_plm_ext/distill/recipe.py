@@ -1,0 +1,255 @@
+"""TinyBERT's two-stage recipe: general distillation on unlabelled text, task distillation on a GLUE/CLUE task.
+
+:func:`distill_task` composes the GLUE/CLUE runner's steps (``load_task_data`` -> the student -> ``encode_splits``
+-> a :class:`DistillationTrainer` per stage -> ``evaluate_splits`` -> the student saved with its results and card);
+:func:`distill_general` distils an encoder on token blocks of text files.
+"""
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer, TrainingArguments, set_seed
+
+from hf_plm_ext.distill.layer_map import layer_map_from
+from hf_plm_ext.distill.student import STUDENT_PRESETS, student_config, student_from_teacher_layers
+from hf_plm_ext.distill.trainer import STAGES, DistillationArguments, DistillationTrainer
+from hf_plm_ext.errors import UserInputError
+from hf_plm_ext.eval.runner import (FinetuneArguments, build_classifier, classification_trainer, encode_splits,
+                                    evaluate_splits, load_task_data, parameter_counts)
+from hf_plm_ext.files import staged_output
+from hf_plm_ext.training.checks import check_tokenizer_fits, load_pretrained
+from hf_plm_ext.training.saving import save_final
+
+STUDENT_HELP = (f"a fresh student of the teacher's family and vocabulary: a preset ({', '.join(STUDENT_PRESETS)}) "
+                f"or a JSON file of config fields to change (e.g. {{\"num_hidden_layers\": 2}})")
+LAYERS_HELP = ("a student made of the teacher's own layers (DistilBERT's initialisation): 'uniform:M' (M layers "
+               "spread as TinyBERT's map), 'last:M', or teacher layers as '2,4,6'")
+
+
+@dataclass
+class DistillTaskArguments:
+    teacher: str = field(metadata={"help": "the teacher: a classifier fine-tuned on the task (e.g. by `hf-plm-ext "
+                                           "finetune`)"})
+    task: str = field(metadata={"help": "benchmark/task, e.g. glue/sst2 or clue/tnews"})
+    output: str = field(metadata={"help": "new folder for the student, its results and card"})
+    student: str | None = field(default=None, metadata={"help": "a student checkpoint to start from (e.g. one "
+                                                                "from `distill general`)"})
+    student_config: str | None = field(default=None, metadata={"help": STUDENT_HELP})
+    student_layers: str | None = field(default=None, metadata={"help": LAYERS_HELP})
+    data_dir: str | None = field(default=None, metadata={"help": "folder with the task's files under their "
+                                                                  "official names"})
+    train_file: str | None = None
+    validation_file: str | None = None
+    max_seq_length: int = 128
+    max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training examples"})
+    prediction_epochs: float = field(default=3.0, metadata={"help": "epochs of the prediction stage (TinyBERT: 3); "
+                                                                    "--num_train_epochs is the intermediate stage's"})
+    prediction_learning_rate: float = field(default=3e-5, metadata={
+        "help": "learning rate of the prediction stage (TinyBERT: 3e-5); --learning_rate is the intermediate "
+                "stage's"})
+
+
+@dataclass
+class DistillGeneralArguments:
+    teacher: str = field(metadata={"help": "the teacher encoder (not fine-tuned: TinyBERT's general distillation)"})
+    corpus: list[str] = field(metadata={"help": "text files, one document or line of text per line", "nargs": "+"})
+    output: str = field(metadata={"help": "new folder for the student encoder"})
+    student_config: str | None = field(default=None, metadata={"help": STUDENT_HELP})
+    student_layers: str | None = field(default=None, metadata={"help": LAYERS_HELP})
+    max_seq_length: int = field(default=128, metadata={"help": "token block length"})
+    validation_fraction: float = field(default=0.05, metadata={"help": "blocks held out for the evaluation loss"})
+
+
+def parse_task(spec: str) -> tuple[str, str]:
+    benchmark, _, task = spec.partition("/")
+    if not task:
+        raise UserInputError(f"--task is benchmark/task, e.g. glue/sst2; got {spec!r}")
+    return benchmark, task
+
+
+def stages_of(distill_args: DistillationArguments) -> list[str]:
+    return distill_args.stage.split(",")
+
+
+def build_student(args, teacher, head_class):
+    """The student ``args`` ask for: a checkpoint, a fresh config, or some of the teacher's layers."""
+    chosen = [name for name in ("student", "student_config", "student_layers") if getattr(args, name, None)]
+    if len(chosen) != 1:
+        raise UserInputError("give one of --student, --student-config or --student-layers"
+                             + (f" (got {', '.join('--' + c.replace('_', '-') for c in chosen)})" if chosen else ""))
+    try:
+        if chosen[0] == "student_config":
+            return head_class.from_config(student_config(teacher.config, args.student_config))
+        if chosen[0] == "student_layers":
+            return student_from_teacher_layers(teacher, teacher_layers_of(args.student_layers, teacher))
+    except ValueError as err:
+        raise UserInputError(f"--{chosen[0].replace('_', '-')}: {err}") from None
+    return None  # --student: loaded by the caller, as its head needs
+
+
+def teacher_layers_of(spec: str, teacher) -> list[int]:
+    depth = teacher.config.num_hidden_layers
+    kind, _, count = spec.partition(":")
+    if kind in ("uniform", "last"):
+        if not count.isdigit():
+            raise ValueError(f"{kind} takes the student's depth, as '{kind}:2'; got {spec!r}")
+        return list(layer_map_from(kind, int(count), depth).teacher_layers)
+    return list(layer_map_from(spec, len(spec.split(",")), depth).teacher_layers)
+
+
+def distillation_trainer(student, teacher, distill_args, stage, training_args, train_dataset, tokenizer, task,
+                         eval_datasets=None, output_dir=None):
+    try:
+        return classification_trainer(student, tokenizer, task, train_dataset, eval_datasets, training_args,
+                                      DistillationTrainer, teacher=teacher,
+                                      distillation_args=dataclasses.replace(distill_args, stage=stage))
+    except ValueError as err:
+        raise UserInputError(str(err)) from None
+
+
+def check_same_vocabulary(student_config, teacher_config):
+    if student_config.vocab_size != teacher_config.vocab_size:
+        raise UserInputError(f"student and teacher must share a vocabulary: the student has "
+                             f"{student_config.vocab_size} tokens, the teacher {teacher_config.vocab_size}")
+
+
+def check_teacher_for_task(teacher, task, where):
+    if getattr(teacher, "newly_initialised_modules", None):
+        raise UserInputError(f"--teacher {where} is not fine-tuned for {task.name}: its "
+                             f"{', '.join(teacher.newly_initialised_modules)} would start random (fine-tune it "
+                             f"first: hf-plm-ext finetune)")
+    if teacher.config.num_labels != task.num_labels:
+        raise UserInputError(f"--teacher {where} has a classifier of {teacher.config.num_labels} labels; {task.name} "
+                             f"has {task.num_labels}: the teacher must be fine-tuned for this task")
+    if (teacher.config.problem_type == "regression") != task.is_regression:
+        raise UserInputError(f"--teacher {where} is a {teacher.config.problem_type or 'classification'} model; "
+                             f"{task.name} is {'a regression' if task.is_regression else 'a classification'} task")
+
+
+def distill_task(args: DistillTaskArguments, distill_args: DistillationArguments,
+                 training_args: TrainingArguments) -> dict:
+    """Distil ``args.teacher`` into a student on one GLUE/CLUE task, stage after stage (``distill_args.stage``,
+    e.g. ``intermediate,prediction``), evaluate the student and the teacher, and write the student with
+    ``eval_results.json``, ``distill_results.json`` and its card into ``args.output`` (all or nothing)."""
+    set_seed(training_args.seed)
+    benchmark, task_name = parse_task(args.task)
+    finetune_args = FinetuneArguments(task=task_name, model=args.teacher, output=args.output, data_dir=args.data_dir,
+                                      train_file=args.train_file, validation_file=args.validation_file,
+                                      max_seq_length=args.max_seq_length, max_train_samples=args.max_train_samples)
+    data = load_task_data(benchmark, finetune_args)
+    tokenizer = load_pretrained(AutoTokenizer, args.teacher, "teacher tokenizer")
+    teacher = load_pretrained(AutoModelForSequenceClassification, args.teacher, "teacher")
+    check_teacher_for_task(teacher, data.task, args.teacher)
+    student = build_student(args, teacher, AutoModelForSequenceClassification)
+    if student is None:
+        check_same_vocabulary(load_pretrained(AutoConfig, args.student, "student config"), teacher.config)
+        student, _ = build_classifier(data.task, dataclasses.replace(finetune_args, model=args.student))
+    check_tokenizer_fits(tokenizer, student, "the student")
+    train_dataset, eval_datasets = encode_splits(data, tokenizer, finetune_args)
+
+    stage_settings = {"intermediate": (training_args.num_train_epochs, training_args.learning_rate),
+                      "prediction": (args.prediction_epochs, args.prediction_learning_rate),
+                      "both": (training_args.num_train_epochs, training_args.learning_rate)}
+    with staged_output(args.output) as staging:
+        stages = []
+        for index, stage in enumerate(stages_of(distill_args), start=1):
+            epochs, learning_rate = stage_settings[stage]
+            stage_args = dataclasses.replace(training_args, output_dir=str(staging / f"stage-{index}-{stage}"),
+                                             num_train_epochs=epochs, learning_rate=learning_rate)
+            trainer = distillation_trainer(student, teacher, distill_args, stage, stage_args, train_dataset,
+                                           tokenizer, data.task)
+            train_result = trainer.train()
+            stages.append({"stage": stage, "epochs": epochs, "learning_rate": learning_rate,
+                           "max_steps": stage_args.max_steps if stage_args.max_steps > 0 else None,
+                           "train_metrics": train_result.metrics, "sub_losses": trainer.sub_loss_history[-1:]})
+            _remove_folder(staging / f"stage-{index}-{stage}")
+        eval_args = dataclasses.replace(training_args, output_dir=str(staging / "evaluation"))
+        evaluator = classification_trainer(student, tokenizer, data.task, None, eval_datasets, eval_args)
+        teacher_evaluator = classification_trainer(teacher, tokenizer, data.task, None, eval_datasets, eval_args)
+        distillation = {"teacher": str(args.teacher), "teacher_parameters": parameter_counts(teacher)["total"],
+                        "student_parameters": parameter_counts(student)["total"],
+                        "student_from": _student_source(args), "stages": stages,
+                        "arguments": dataclasses.asdict(distill_args),
+                        "teacher_results": evaluate_splits(teacher_evaluator, data, eval_datasets)}
+        results = {"benchmark": benchmark, "task": data.task.name, "model": _student_source(args),
+                   "train_file": str(data.train_file), "num_train_examples": len(train_dataset),
+                   "world_size": training_args.world_size, "parameters": parameter_counts(student),
+                   "distillation": distillation, "results": evaluate_splits(evaluator, data, eval_datasets)}
+        save_final(evaluator, staging)
+        _remove_folder(staging / "evaluation")
+        if evaluator.is_world_process_zero():
+            from hf_plm_ext.eval.results import write_results
+            from hf_plm_ext.hub.cards import render_card
+
+            write_results(staging, results)
+            render_card(staging).save(str(staging / "README.md"))
+    return results
+
+
+def distill_general(args: DistillGeneralArguments, distill_args: DistillationArguments,
+                    training_args: TrainingArguments) -> dict:
+    """TinyBERT's general distillation: the intermediate losses only, on token blocks of ``args.corpus``; the
+    student encoder, ``distill_results.json`` and its card go into ``args.output`` (all or nothing)."""
+    from hf_plm_ext.data.token_blocks import token_blocks
+
+    if stages_of(distill_args) != ["intermediate"]:
+        raise UserInputError(f"general distillation has only the intermediate stage (unlabelled text has no "
+                             f"predictions to match); got --stage {distill_args.stage}")
+    set_seed(training_args.seed)
+    tokenizer = load_pretrained(AutoTokenizer, args.teacher, "teacher tokenizer")
+    teacher = load_pretrained(AutoModel, args.teacher, "teacher")
+    student = build_student(args, teacher, AutoModel)
+    blocks = token_blocks(args.corpus, tokenizer, args.max_seq_length, training_args.seed, args.validation_fraction)
+    with staged_output(args.output) as staging:
+        training_args = dataclasses.replace(training_args, output_dir=str(staging / "training"))
+        try:
+            trainer = DistillationTrainer(model=student, teacher=teacher, distillation_args=distill_args,
+                                          args=training_args, train_dataset=blocks["train"],
+                                          eval_dataset=blocks["test"], processing_class=tokenizer,
+                                          data_collator=_block_collator)
+        except ValueError as err:
+            raise UserInputError(str(err)) from None
+        initial = trainer.evaluate()["eval_loss"]
+        train_result = trainer.train()
+        final = trainer.evaluate()["eval_loss"]
+        results = {"teacher": str(args.teacher), "corpus": [str(p) for p in args.corpus],
+                   "student_from": _student_source(args), "train_blocks": len(blocks["train"]),
+                   "held_out_blocks": len(blocks["test"]), "block_length": args.max_seq_length,
+                   "teacher_parameters": parameter_counts(teacher)["total"],
+                   "student_parameters": parameter_counts(trainer.student)["total"],
+                   "stages": [{"stage": "intermediate", "epochs": training_args.num_train_epochs,
+                               "learning_rate": training_args.learning_rate,
+                               "train_metrics": train_result.metrics, "sub_losses": trainer.sub_loss_history[-1:]}],
+                   "initial_eval_loss": initial, "final_eval_loss": final,
+                   "arguments": dataclasses.asdict(distill_args), "world_size": training_args.world_size}
+        save_final(trainer, staging)
+        _remove_folder(staging / "training")
+        if trainer.is_world_process_zero():
+            from hf_plm_ext.hub.cards import render_card
+
+            (staging / "distill_results.json").write_text(json.dumps(results, indent=2) + "\n")
+            render_card(staging).save(str(staging / "README.md"))
+    return results
+
+
+def _block_collator(rows):
+    import torch
+
+    ids = torch.tensor([row["input_ids"] for row in rows])
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+def _student_source(args) -> str:
+    if getattr(args, "student", None):
+        return str(args.student)
+    if args.student_config:
+        return f"config {args.student_config}"
+    return f"teacher layers {args.student_layers}"
+
+
+def _remove_folder(path: Path):
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
