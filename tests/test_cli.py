@@ -76,3 +76,20 @@ def test_a_sub_command_names_its_objective_no_flag_switches_it(capsys):
         cli_main.main(["pretrain", "mlm", "--objective", "macbert", "--corpus", "x", "--tokenizer", "y",
                        "--output", "z"])
     assert stopped.value.code == 2 and "--objective" in capsys.readouterr().err
+
+
+def test_every_package_folder_is_listed_for_the_wheel():
+    """pyproject lists the packages by hand (modeling/ installs as hf_plm_ext.modeling): an editable install finds
+    an unlisted one anyway, a wheel silently leaves it out (adapters and distill were missing)."""
+    import tomllib
+
+    from conftest import REPO
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = set()
+    for root, prefix in (("hf_plm_ext", "hf_plm_ext"), ("modeling", "hf_plm_ext.modeling"),
+                         ("hf_plm_ext_cli", "hf_plm_ext_cli")):
+        for init in (REPO / root).rglob("__init__.py"):
+            parts = init.parent.relative_to(REPO / root).parts
+            found.add(".".join((prefix, *parts)))
+    assert found - listed == set()
