@@ -430,3 +430,85 @@ def test_distill_general_on_text_lowers_the_held_out_loss(tmp_path, tiny_classif
                                "--student-config", student_json, "--stage", "prediction", "--output",
                                tmp_path / "nope"], capsys)
     assert code == 2 and "only the intermediate stage" in stderr
+
+
+# augmentation ---------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def augmenter_parts(english_tokenizer_dir):
+    from transformers import AutoTokenizer
+
+    from hf_plm_ext.data.similar_words import EmbeddingNeighbours
+
+    tokenizer = AutoTokenizer.from_pretrained(english_tokenizer_dir)
+    torch.manual_seed(0)
+    embeddings = torch.randn(len(tokenizer), 16)
+    return tokenizer, EmbeddingNeighbours(embeddings, tokenizer, top_k=4, cache=None)
+
+
+SENTENCES = ["Alice was beginning to get very tired of sitting by her sister", "the Queen said nothing , and Alice",
+             "what is the use of a book without pictures"]
+
+
+def test_augmented_copies_keep_the_original_first_skip_stopwords_and_do_not_depend_on_batching(augmenter_parts):
+    from hf_plm_ext.data.augmentation import STOPWORDS, TinyBertAugmenter
+
+    tokenizer, neighbours = augmenter_parts
+    augmenter = TinyBertAugmenter(tokenizer, neighbours, num_candidates=5, copies=6, seed=3)
+    together = augmenter.augment(SENTENCES, [0, 1, 2])
+    apart = [augmenter.augment([sentence], [index])[0] for index, sentence in enumerate(SENTENCES)]
+    assert together == apart
+    for sentence, copies in zip(SENTENCES, together):
+        assert copies[0] == sentence and len(copies) == len(set(copies)) and 2 <= len(copies) <= 7
+        original = sentence.split()
+        for copy in copies[1:]:
+            words = copy.split()
+            assert len(words) == len(original)  # single words replaced by single words, spacing kept
+            assert all(o == w for o, w in zip(original, words) if o.lower() in STOPWORDS or not o.isalpha())
+    assert TinyBertAugmenter(tokenizer, neighbours, replace_probability=0.0).augment(SENTENCES, [0, 1, 2]) == \
+        [[s] for s in SENTENCES]
+    with pytest.raises(ValueError, match="replace_probability"):
+        TinyBertAugmenter(tokenizer, neighbours, replace_probability=1.5)
+
+
+def test_a_masked_lm_gives_single_piece_words_their_candidates(augmenter_parts):
+    from transformers import BertForMaskedLM
+
+    from hf_plm_ext.data.augmentation import TinyBertAugmenter
+
+    tokenizer, neighbours = augmenter_parts
+    masked_lm = BertForMaskedLM(bert_config(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1)).eval()
+    augmenter = TinyBertAugmenter(tokenizer, neighbours, masked_lm, num_candidates=5)
+    candidates = augmenter.candidates(["Alice was beginning to get tired"])[0]
+    words = [word for word, _ in augmenter.words("Alice was beginning to get tired")]
+    assert candidates[words.index("was")] == []  # a stop-word
+    tired = candidates[words.index("tired")]
+    assert len(tired) == 5 and all(token.isalpha() and token != "tired" for token in tired)
+
+
+def test_distill_task_augments_the_training_set_and_reuses_the_cache(tmp_path, tiny_classifier_dir, shared_data,
+                                                                    student_json, capsys, monkeypatch):
+    from conftest import run_cli
+    from hf_plm_ext.data.augmentation import TinyBertAugmenter
+
+    def run(out):
+        return run_cli(["distill", "task", "--teacher", tiny_classifier_dir, "--task", "glue/sst2", "--data-dir",
+                        shared_data / "glue/SST-2", "--max_train_samples", 24, "--augment", 3,
+                        "--student-config", student_json, "--stage", "intermediate", "--output", out, *STEPS], capsys)
+
+    code, _, stderr = run(tmp_path / "first")
+    assert code == 0, stderr
+    record = json.loads((tmp_path / "first" / "eval_results.json").read_text())
+    augmentation = record["distillation"]["augmentation"]
+    assert augmentation["original_examples"] == 24 and 24 < augmentation["augmented_examples"] <= 4 * 24
+    assert record["num_train_examples"] == augmentation["augmented_examples"]
+    assert "3 copies per example" in (tmp_path / "first" / "README.md").read_text()
+
+    def no_augmenting(*args, **kwargs):
+        raise AssertionError("augmented again instead of reading the cache")
+
+    monkeypatch.setattr(TinyBertAugmenter, "augment", no_augmenting)
+    code, _, stderr = run(tmp_path / "second")
+    assert code == 0, stderr
+    second = json.loads((tmp_path / "second" / "eval_results.json").read_text())
+    assert second["distillation"]["augmentation"] == augmentation

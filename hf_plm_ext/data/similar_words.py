@@ -74,6 +74,8 @@ class EmbeddingNeighbours:
     def __init__(self, embeddings: torch.Tensor, tokenizer, top_k=10, cache=None, batch_size=2048):
         self.tokenizer = tokenizer
         embeddings = embeddings.detach().float().contiguous()
+        self._unit = None  # normalised embeddings, made on the first words_near()
+        self._embeddings = embeddings
         cache = Path(cache) if cache is not None else default_cache(embeddings, top_k)
         self.neighbours = self._load_or_compute(embeddings, top_k, cache, batch_size)
         self._special = set(tokenizer.all_special_ids)
@@ -107,6 +109,25 @@ class EmbeddingNeighbours:
             return []
         candidates = [i for i in self.neighbours[ids[0]].tolist() if i not in self._special]
         return self.tokenizer.convert_ids_to_tokens(candidates)
+
+
+    def words_near(self, words_pieces: list[list[str]], top_k: int) -> list[list[str]]:
+        """Per word (given as its vocabulary pieces): the ``top_k`` whole-word tokens (letters only, not the word
+        itself) nearest by cosine to the mean of its pieces' embeddings; one matrix product for all of them."""
+        if not words_pieces:
+            return []
+        if self._unit is None:
+            self._unit = torch.nn.functional.normalize(self._embeddings, dim=-1)
+        ids = [self.tokenizer.convert_tokens_to_ids(pieces) for pieces in words_pieces]
+        queries = torch.stack([self._embeddings[piece_ids].mean(0) for piece_ids in ids])
+        similarity = torch.nn.functional.normalize(queries, dim=-1) @ self._unit.T
+        nearest = similarity.topk(min(4 * top_k, similarity.shape[-1]), dim=-1).indices.tolist()
+        found = []
+        for pieces, row in zip(words_pieces, nearest):
+            word = self.tokenizer.convert_tokens_to_string(pieces).replace(" ", "").lower()
+            tokens = [t for t in self.tokenizer.convert_ids_to_tokens(row) if t.isalpha() and t.lower() != word]
+            found.append(tokens[:top_k])
+        return found
 
 
 def default_cache(embeddings: torch.Tensor, top_k) -> Path:

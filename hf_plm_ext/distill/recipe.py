@@ -1,7 +1,7 @@
 """TinyBERT's two-stage recipe: general distillation on unlabelled text, task distillation on a GLUE/CLUE task.
 
-:func:`distill_task` composes the GLUE/CLUE runner's steps (``load_task_data`` -> the student -> ``encode_splits``
--> a :class:`DistillationTrainer` per stage -> ``evaluate_splits`` -> the student saved with its results and card);
+:func:`distill_task` composes the GLUE/CLUE runner's steps (``load_task_data`` -> the student -> TinyBERT's
+augmentation, if asked -> ``tokenize`` -> a :class:`DistillationTrainer` per stage -> ``evaluate_splits`` -> the student saved with its results and card);
 :func:`distill_general` distils an encoder on token blocks of text files.
 """
 
@@ -16,8 +16,8 @@ from hf_plm_ext.distill.layer_map import layer_map_from
 from hf_plm_ext.distill.student import STUDENT_PRESETS, student_config, student_from_teacher_layers
 from hf_plm_ext.distill.trainer import STAGES, DistillationArguments, DistillationTrainer
 from hf_plm_ext.errors import UserInputError
-from hf_plm_ext.eval.runner import (FinetuneArguments, build_classifier, classification_trainer, encode_splits,
-                                    evaluate_splits, load_task_data, parameter_counts)
+from hf_plm_ext.eval.runner import (FinetuneArguments, build_classifier, classification_trainer, evaluate_splits,
+                                    load_task_data, parameter_counts, tokenize)
 from hf_plm_ext.files import staged_output
 from hf_plm_ext.training.checks import check_tokenizer_fits, load_pretrained
 from hf_plm_ext.training.saving import save_final
@@ -44,6 +44,13 @@ class DistillTaskArguments:
     validation_file: str | None = None
     max_seq_length: int = 128
     max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training examples"})
+    augment: int = field(default=0, metadata={"help": "TinyBERT's data augmentation: this many augmented copies "
+                                                      "of each training example (TinyBERT: 30; 0: none)"})
+    augment_candidates: int = field(default=15, metadata={"help": "replacement candidates per word (TinyBERT: 15)"})
+    augment_probability: float = field(default=0.4, metadata={"help": "chance of replacing each word (TinyBERT: 0.4)"})
+    augment_mlm: str | None = field(default=None, metadata={
+        "help": "a masked LM of the teacher's vocabulary: its predictions replace single-piece words (default: "
+                "embedding neighbours for every word)"})
     prediction_epochs: float = field(default=3.0, metadata={"help": "epochs of the prediction stage (TinyBERT: 3); "
                                                                     "--num_train_epochs is the intermediate stage's"})
     prediction_learning_rate: float = field(default=3e-5, metadata={
@@ -147,7 +154,18 @@ def distill_task(args: DistillTaskArguments, distill_args: DistillationArguments
         check_same_vocabulary(load_pretrained(AutoConfig, args.student, "student config"), teacher.config)
         student, _ = build_classifier(data.task, dataclasses.replace(finetune_args, model=args.student))
     check_tokenizer_fits(tokenizer, student, "the student")
-    train_dataset, eval_datasets = encode_splits(data, tokenizer, finetune_args)
+    train_examples = data.train if args.max_train_samples is None else data.train.first(args.max_train_samples)
+    augmentation = None
+    if args.augment:
+        with training_args.main_process_first(desc="augmentation"):  # rank 0 writes the cache, the others read it
+            augmented = augmented_training_examples(args, train_examples, data.train_file, tokenizer, teacher)
+        augmentation = {"copies": args.augment, "candidates": args.augment_candidates,
+                        "probability": args.augment_probability, "masked_lm": args.augment_mlm,
+                        "original_examples": len(train_examples), "augmented_examples": len(augmented)}
+        train_examples = augmented
+    train_dataset = tokenize(train_examples, tokenizer, args.max_seq_length)
+    eval_datasets = {split: tokenize(examples, tokenizer, args.max_seq_length)
+                     for split, examples in data.validation.items()}
 
     stage_settings = {"intermediate": (training_args.num_train_epochs, training_args.learning_rate),
                       "prediction": (args.prediction_epochs, args.prediction_learning_rate),
@@ -170,7 +188,7 @@ def distill_task(args: DistillTaskArguments, distill_args: DistillationArguments
         teacher_evaluator = classification_trainer(teacher, tokenizer, data.task, None, eval_datasets, eval_args)
         distillation = {"teacher": str(args.teacher), "teacher_parameters": parameter_counts(teacher)["total"],
                         "student_parameters": parameter_counts(student)["total"],
-                        "student_from": _student_source(args), "stages": stages,
+                        "student_from": _student_source(args), "augmentation": augmentation, "stages": stages,
                         "arguments": dataclasses.asdict(distill_args),
                         "teacher_results": evaluate_splits(teacher_evaluator, data, eval_datasets)}
         results = {"benchmark": benchmark, "task": data.task.name, "model": _student_source(args),
@@ -186,6 +204,33 @@ def distill_task(args: DistillTaskArguments, distill_args: DistillationArguments
             write_results(staging, results)
             render_card(staging).save(str(staging / "README.md"))
     return results
+
+
+def augmented_training_examples(args: DistillTaskArguments, examples, train_file, tokenizer, teacher):
+    """TinyBERT's augmentation of ``examples`` (cached by the training file, its size and time, and the settings)."""
+    from hf_plm_ext.data.augmentation import TinyBertAugmenter, augment_examples
+    from hf_plm_ext.data.similar_words import EmbeddingNeighbours
+
+    masked_lm = None
+    if args.augment_mlm:
+        from transformers import AutoModelForMaskedLM
+
+        masked_lm = load_pretrained(AutoModelForMaskedLM, args.augment_mlm, "--augment-mlm masked LM").eval()
+        if getattr(masked_lm, "newly_initialised_modules", None):
+            raise UserInputError(f"--augment-mlm {args.augment_mlm} has no trained masked-LM head "
+                                 f"({', '.join(masked_lm.newly_initialised_modules)} would start random)")
+        check_same_vocabulary(masked_lm.config, teacher.config)
+    try:
+        augmenter = TinyBertAugmenter(tokenizer, EmbeddingNeighbours.from_model(teacher, tokenizer), masked_lm,
+                                      num_candidates=args.augment_candidates,
+                                      replace_probability=args.augment_probability, copies=args.augment)
+    except ValueError as err:
+        raise UserInputError(f"--augment: {err}") from None
+    stat = Path(train_file).stat()
+    key = {"train_file": str(Path(train_file).resolve()), "size": stat.st_size, "mtime": stat.st_mtime_ns,
+           "examples": len(examples), "vocabulary": teacher.config.vocab_size, "teacher": str(args.teacher),
+           "masked_lm": args.augment_mlm}
+    return augment_examples(examples, augmenter, key)
 
 
 def distill_general(args: DistillGeneralArguments, distill_args: DistillationArguments,

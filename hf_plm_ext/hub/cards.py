@@ -158,6 +158,12 @@ def distillation_rows(distilled: dict) -> dict:
     for number, stage in enumerate(distilled["stages"], start=1):
         steps = f"{stage['max_steps']} steps" if stage.get("max_steps") else f"{_show(stage['epochs'])} epochs"
         rows[f"stage {number}"] = f"{stage['stage']}, {steps}, learning rate {_show(stage['learning_rate'])}"
+    augmentation = distilled.get("augmentation")
+    if augmentation:
+        rows["augmentation"] = (f"TinyBERT's: {augmentation['copies']} copies per example, {augmentation['candidates']} "
+                                f"candidates per word, p = {augmentation['probability']} "
+                                f"({augmentation['original_examples']:,} -> {augmentation['augmented_examples']:,} "
+                                f"examples)")
     rows["layer map"] = arguments.get("layer_map")
     rows["losses"] = (f"attention {arguments.get('attention_loss')}, hidden states {arguments.get('hidden_loss')}, "
                       f"prediction {arguments.get('prediction_loss') or 'default'} (temperature "
