@@ -512,3 +512,27 @@ def test_distill_task_augments_the_training_set_and_reuses_the_cache(tmp_path, t
     assert code == 0, stderr
     second = json.loads((tmp_path / "second" / "eval_results.json").read_text())
     assert second["distillation"]["augmentation"] == augmentation
+
+
+def test_a_bert_teacher_distils_into_a_distilbert_student_with_a_bfloat16_teacher(tmp_path):
+    """Two families, one vocabulary: DistilBERT's attention is read by its own projection names, the batch's
+    token_type_ids go only to the model that takes them, and the teacher runs in bfloat16."""
+    from transformers import DistilBertForSequenceClassification
+
+    torch.manual_seed(0)
+    teacher = BertForSequenceClassification(bert_config())
+    student = DistilBertForSequenceClassification(DistilBertConfig(vocab_size=120, dim=24, n_layers=2, n_heads=4,
+                                                                   hidden_dim=32, max_position_embeddings=64))
+    dataset = _Examples()
+    for row in dataset.rows:
+        row["token_type_ids"] = torch.zeros_like(row["input_ids"])
+    trainer = DistillationTrainer(model=student, teacher=teacher,
+                                  distillation_args=DistillationArguments(teacher_dtype="bfloat16"),
+                                  args=TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=8,
+                                                         max_steps=4, logging_steps=1, report_to="none",
+                                                         use_cpu=True, save_strategy="no", disable_tqdm=True),
+                                  train_dataset=dataset)
+    trainer.train()
+    assert next(trainer.model.teacher.parameters()).dtype == torch.bfloat16
+    logged = [entry for entry in trainer.state.log_history if "attention_loss" in entry]
+    assert len(logged) == 4 and all(torch.isfinite(torch.tensor(entry["loss"])) for entry in logged)

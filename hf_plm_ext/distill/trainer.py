@@ -170,6 +170,9 @@ class DistillationModel(nn.Module):
         self.student.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gradient_checkpointing_kwargs)
 
     def _run(self, model, inputs, attention):
+        accepted = inspect.signature(model.forward).parameters
+        if not any(p.kind is p.VAR_KEYWORD for p in accepted.values()):  # DistilBERT takes no token_type_ids
+            inputs = {name: value for name, value in inputs.items() if name in accepted}
         if not self.reads_attention:
             return model(**inputs, output_hidden_states=self.args.intermediate, return_dict=True)
         with attention.capture():
