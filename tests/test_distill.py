@@ -133,11 +133,17 @@ def test_layer_maps():
 
 # attention read by hooks ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("family", ["bert", "distilbert"])
+@pytest.mark.parametrize("family", ["bert", "distilbert", "albert"])
 def test_hooked_scores_give_the_models_own_attention_probabilities(family):
     torch.manual_seed(0)
     if family == "bert":
         model = BertModel(bert_config()).eval()
+    elif family == "albert":  # one shared layer, recorded at each of its uses
+        from transformers import AlbertConfig, AlbertModel
+
+        model = AlbertModel(AlbertConfig(vocab_size=120, embedding_size=16, hidden_size=48, num_hidden_layers=3,
+                                         num_attention_heads=4, intermediate_size=64, max_position_embeddings=64,
+                                         attn_implementation="eager")).eval()
     else:
         model = DistilBertModel(DistilBertConfig(vocab_size=120, dim=48, n_layers=3, n_heads=4, hidden_dim=64,
                                                  max_position_embeddings=64, attn_implementation="eager")).eval()
@@ -536,3 +542,21 @@ def test_a_bert_teacher_distils_into_a_distilbert_student_with_a_bfloat16_teache
     assert next(trainer.model.teacher.parameters()).dtype == torch.bfloat16
     logged = [entry for entry in trainer.state.log_history if "attention_loss" in entry]
     assert len(logged) == 4 and all(torch.isfinite(torch.tensor(entry["loss"])) for entry in logged)
+
+
+@pytest.mark.parametrize("family", ["rev-lsh", "transfo-xl"])
+def test_this_packages_other_families_distil_with_the_hidden_state_losses(family):
+    from hf_plm_ext import RevLSHConfig, RevLSHForSequenceClassification, TransfoXLConfig, TransfoXLForSequenceClassification
+
+    def make():
+        if family == "rev-lsh":
+            return RevLSHForSequenceClassification(RevLSHConfig(vocab_size=100, num_labels=2))
+        return TransfoXLForSequenceClassification(TransfoXLConfig(vocab_size=100, cutoffs=[], num_labels=2))
+
+    torch.manual_seed(0)
+    model = DistillationModel(make(), make(), DistillationArguments(attention_loss="none", layer_map="last")).train()
+    out = model(input_ids=torch.randint(0, 100, (2, 16)))
+    assert {"embedding_loss", "hidden_loss", "prediction_loss"} <= set(out.keys())
+    out.loss.backward()
+    with pytest.raises(ValueError, match="hidden-state losses only"):
+        DistillationModel(make(), make())

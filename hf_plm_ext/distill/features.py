@@ -28,7 +28,12 @@ class AttentionProjections:
         for names in PROJECTION_NAMES:
             found = {kind: [m for n, m in modules.items() if n.rsplit(".", 1)[-1] == name and isinstance(m, nn.Linear)]
                      for kind, name in zip(("query", "key", "value"), names)}
-            if all(found.values()):
+            counts = {len(kind_modules) for kind_modules in found.values()}
+            # one query, key and value per layer (ALBERT: one shared); chunked or hashed attention (rev-lsh's
+            # local / LSH layers, or a shared query-key) has no T x T scores to read
+            dense = (len(counts) == 1 and counts <= {1, self.depth}
+                     and set(getattr(config, "attn_layers", None) or ["full"]) == {"full"})
+            if all(found.values()) and dense:
                 break
         else:
             raise ValueError(f"the attention losses read BERT-like attention's query/key/value projections; a "
