@@ -232,6 +232,11 @@ def test_the_losses_reach_the_student_and_its_projection():
     assert student.bert.encoder.layer[1].attention.self.key.weight.grad.abs().sum() > 0
     assert all(p.grad is None for p in teacher.parameters())
     assert not any(name.startswith("teacher") for name in model.state_dict())
+    projections = [module for model_ in (student, teacher) for name, module in model_.named_modules()
+                   if name.endswith((".query", ".key", ".value"))]
+    assert all(module._forward_hooks for module in projections)
+    model.remove_hooks()  # (transformers' own output-capturing hooks sit on the layers, not on these)
+    assert not any(module._forward_hooks for module in projections)
 
 
 def test_bad_pairs_get_one_clear_error_each():

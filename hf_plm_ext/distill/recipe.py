@@ -179,6 +179,7 @@ def distill_task(args: DistillTaskArguments, distill_args: DistillationArguments
             trainer = distillation_trainer(student, teacher, distill_args, stage, stage_args, train_dataset,
                                            tokenizer, data.task)
             train_result = trainer.train()
+            trainer.accelerator.unwrap_model(trainer.model).remove_hooks()
             stages.append({"stage": stage, "epochs": epochs, "learning_rate": learning_rate,
                            "max_steps": stage_args.max_steps if stage_args.max_steps > 0 else None,
                            "train_metrics": train_result.metrics, "sub_losses": trainer.sub_loss_history[-1:]})
@@ -259,6 +260,7 @@ def distill_general(args: DistillGeneralArguments, distill_args: DistillationArg
         initial = trainer.evaluate()["eval_loss"]
         train_result = trainer.train()
         final = trainer.evaluate()["eval_loss"]
+        trainer.accelerator.unwrap_model(trainer.model).remove_hooks()
         results = {"teacher": str(args.teacher), "corpus": [str(p) for p in args.corpus],
                    "student_from": _student_source(args), "train_blocks": len(blocks["train"]),
                    "held_out_blocks": len(blocks["test"]), "block_length": args.max_seq_length,

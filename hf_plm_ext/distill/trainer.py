@@ -166,6 +166,12 @@ class DistillationModel(nn.Module):
     def config(self):
         return self.student.config
 
+    def remove_hooks(self):
+        """Take the attention-reading hooks off the student and the teacher (when done with this model)."""
+        for projections in (getattr(self, "student_attention", None), getattr(self, "teacher_attention", None)):
+            if projections is not None:
+                projections.remove()
+
     def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None):
         self.student.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gradient_checkpointing_kwargs)
 
