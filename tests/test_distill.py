@@ -565,3 +565,24 @@ def test_this_packages_other_families_distil_with_the_hidden_state_losses(family
     out.loss.backward()
     with pytest.raises(ValueError, match="hidden-state losses only"):
         DistillationModel(make(), make())
+
+
+def test_activation_checkpointing_of_the_student_keeps_the_attention_loss_gradient(tmp_path):
+    """The hooked query/key outputs inside a checkpointed layer still carry the graph (recomputed in backward):
+    the same gradients as without checkpointing."""
+    import copy
+
+    torch.manual_seed(0)
+    teacher = BertForSequenceClassification(bert_config())
+    student = BertForSequenceClassification(bert_config(hidden_size=24, num_hidden_layers=2, hidden_dropout_prob=0.0,
+                                                        attention_probs_dropout_prob=0.0))
+    plain = copy.deepcopy(student)
+    trainer = _trainer(tmp_path, student, teacher, max_steps=1, activation_checkpointing=True, learning_rate=0.0)
+    trainer.train()
+    assert student.is_activation_checkpointing
+    attention_only = DistillationArguments(stage="intermediate", hidden_weight=0, embedding_weight=0)
+    for model in (student, plain):
+        model.train().zero_grad()
+        DistillationModel(model, teacher, attention_only)(**batch()).loss.backward()
+    checkpointed, expected = (m.bert.encoder.layer[0].attention.self.query.weight.grad for m in (student, plain))
+    assert expected.abs().sum() > 0 and torch.allclose(checkpointed, expected, atol=1e-6)

@@ -172,8 +172,9 @@ class DistillationModel(nn.Module):
             if projections is not None:
                 projections.remove()
 
-    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs=None):
-        self.student.gradient_checkpointing_enable(gradient_checkpointing_kwargs=gradient_checkpointing_kwargs)
+    def activation_checkpointing_enable(self, **kwargs):
+        """The student's (the ``Trainer`` calls it for ``activation_checkpointing``)."""
+        self.student.activation_checkpointing_enable(**kwargs)
 
     def _run(self, model, inputs, attention):
         accepted = inspect.signature(model.forward).parameters
