@@ -173,13 +173,14 @@ def test_transfo_xl_pretraining_on_two_processes_with_gradient_accumulation(tmp_
 
 
 @pytest.mark.slow
-def test_distill_task_on_two_processes(tmp_path, tiny_classifier_dir, shared_data):
+@pytest.mark.parametrize("launcher", list(LAUNCHERS))
+def test_distill_task_on_two_processes(launcher, tmp_path, tiny_classifier_dir, shared_data):
     """DDP over the student and its projection (the teacher outside the module tree); rank 0 saves the student."""
     config = tmp_path / "student.json"
     config.write_text(json.dumps({"num_hidden_layers": 1, "hidden_size": 16, "num_attention_heads": 2,
                                   "intermediate_size": 24}))
     out = tmp_path / "student"
-    proc = _launch("torchrun", ["distill", "task", "--teacher", tiny_classifier_dir, "--task", "glue/sst2",
+    proc = _launch(launcher, ["distill", "task", "--teacher", tiny_classifier_dir, "--task", "glue/sst2",
                                 "--data-dir", shared_data / "glue/SST-2", "--max_train_samples", 64,
                                 "--student-config", config, "--output", out], tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]
