@@ -214,3 +214,19 @@ def test_the_config_validates_and_spreads_the_layers_as_the_paper():
         tiny_k_adapter(fusion="mean")
     assert isinstance(tiny_k_adapter().backbone_config, BertConfig)
     assert KAdapterConfig.from_dict(tiny_k_adapter().to_dict()).adapter_names == ["factual", "linguistic"]
+
+
+def test_adapters_start_near_the_identity_while_fusion_and_head_pass_the_backbone_on():
+    """The paper's 0.0002 init is the adapters' alone; the fusion and head start as the backbone's layers (0.02).
+    With everything at 0.0002 the head saw almost nothing of the input and MRPC / STS-B training collapsed to one
+    constant output (benchmarks/adapters_glue.py, 2026-12-01)."""
+    torch.manual_seed(0)
+    model = KAdapterForSequenceClassification(tiny_k_adapter(num_labels=1, problem_type="regression")).eval()
+    adapter_std = model.k_adapter.adapters["factual"].blocks[0].down_project.weight.std().item()
+    fusion_std = model.k_adapter.fusion.per_adapter[0].weight.std().item()
+    head_std = model.dense.weight.std().item()
+    assert adapter_std == pytest.approx(2e-4, rel=0.2)
+    assert fusion_std == pytest.approx(0.02, rel=0.2) and head_std == pytest.approx(0.02, rel=0.2)
+    with torch.no_grad():
+        predictions = model(input_ids=ids(batch=4)).logits.squeeze(-1)
+    assert predictions.std() > 1e-4  # the inputs reach the output (about 1e-6 times smaller before)

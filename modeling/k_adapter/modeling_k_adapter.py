@@ -55,6 +55,8 @@ class KAdapterBlock(nn.Module):
         inner = adapter_layer_config(config)
         self.layers = nn.ModuleList([BertLayer(inner) for _ in range(config.adapter_num_layers)])
         self.up_project = nn.Linear(config.adapter_size, config.hidden_size)
+        for module in self.modules():  # _init_weights: the paper's near-identity init, for the adapters alone
+            module.is_knowledge_adapter = True
 
     def forward(self, hidden_states, attention_mask=None):
         """``attention_mask``: additive, ``[batch, 1, 1, seq]`` (0 for tokens, a large negative for padding)."""
@@ -120,8 +122,14 @@ class KAdapterPreTrainedModel(PreTrainedModel):
     _keys_to_ignore_on_load_missing = [r"backbone\."]
 
     def _init_weights(self, module):
-        """The adapters, fusion and heads (the backbone, a sub-model, initialises itself)."""
-        std = self.config.adapter_initializer_range
+        """The adapters at ``adapter_initializer_range`` (the paper's 0.0002); the fusion and heads as the backbone's
+        layers (its ``initializer_range``; the reference leaves them at PyTorch's default, about as wide): at
+        0.0002 they passed on almost nothing of the backbone, and training collapsed to a constant output. The
+        backbone, a sub-model, initialises itself."""
+        if getattr(module, "is_knowledge_adapter", False):
+            std = self.config.adapter_initializer_range
+        else:
+            std = getattr(self.config.backbone_config, "initializer_range", 0.02)
         if isinstance(module, nn.Linear):
             init.normal_(module.weight, mean=0.0, std=std)
             if module.bias is not None:
