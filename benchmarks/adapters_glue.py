@@ -47,7 +47,7 @@ COMMON = ["--per_device_train_batch_size", "32", "--warmup_steps", "0.06", "--we
 # K-Adapter's adapters at MiniLM's scale: the paper's two layers per adapter, width 256 for a 384-wide backbone
 K_ADAPTER_SHAPE = ["--adapter-size", "256", "--adapter-num-layers", "2", "--adapter-num-attention-heads", "4",
                    "--adapter-intermediate-size", "1024"]
-K_ADAPTER_LR = ["--learning_rate", "5e-4"]
+K_ADAPTER_LR = ["--learning_rate", "2e-4"]  # the adapters are small transformers: below the bottleneck adapters' 5e-4
 SMOKE = []  # --smoke N: N steps of every run, to try the pipeline
 
 
