@@ -53,7 +53,9 @@ class TinyBertAugmenter:
 
     def candidates(self, sentences: list[str]) -> list[list[list[str]]]:
         """Per sentence, per word: its replacement candidates (``[]``: kept as it is)."""
-        words = [self.words(sentence) for sentence in sentences]
+        return self._candidates([self.words(sentence) for sentence in sentences])
+
+    def _candidates(self, words) -> list[list[list[str]]]:
         found = [[[] for _ in sentence_words] for sentence_words in words]
         masked, near = [], []  # (sentence, word) whose candidates the masked LM / the embeddings give
         for s, sentence_words in enumerate(words):
@@ -92,9 +94,11 @@ class TinyBertAugmenter:
         """Per sentence: the original, then its distinct augmented copies; example ``indices`` seed each one, so a
         sentence gets the same copies however the data is batched."""
         augmented = []
-        for sentence, index, word_candidates in zip(sentences, indices, self.candidates(sentences)):
+        words = [self.words(sentence) for sentence in sentences]
+        for sentence, index, sentence_words, word_candidates in zip(sentences, indices, words,
+                                                                    self._candidates(words)):
             rng = random.Random(f"{self.seed}-{index}")
-            spans = [span for _, span in self.words(sentence)]
+            spans = [span for _, span in sentence_words]
             copies = [sentence]
             for _ in range(self.copies):
                 replaced = [(span, rng.choice(options)) for span, options in zip(spans, word_candidates)

@@ -8,6 +8,7 @@ batch and returns the weighted sum of the sub-losses as ``loss`` with every sub-
 projections; the trainer's ``save_model`` writes the student alone, a stock checkpoint of its family.
 """
 
+import functools
 import inspect
 from dataclasses import dataclass, field, fields
 
@@ -102,6 +103,15 @@ def _is_regression(config) -> bool:
     return config.problem_type == "regression" or (config.problem_type is None and config.num_labels == 1)
 
 
+@functools.cache
+def _accepted_inputs(model_class) -> frozenset | None:
+    """The argument names of ``model_class.forward`` (None: it takes ``**kwargs``), read once per class."""
+    parameters = inspect.signature(model_class.forward).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        return None
+    return frozenset(parameters)
+
+
 class DistillationModel(nn.Module):
     """``student`` learning from ``teacher`` (any transformers models of one vocabulary whose outputs carry
     hidden states; the attention losses read BERT-like attention, see ``features``)."""
@@ -177,8 +187,8 @@ class DistillationModel(nn.Module):
         self.student.activation_checkpointing_enable(**kwargs)
 
     def _run(self, model, inputs, attention):
-        accepted = inspect.signature(model.forward).parameters
-        if not any(p.kind is p.VAR_KEYWORD for p in accepted.values()):  # DistilBERT takes no token_type_ids
+        accepted = _accepted_inputs(type(model))
+        if accepted is not None:  # DistilBERT takes no token_type_ids
             inputs = {name: value for name, value in inputs.items() if name in accepted}
         if not self.reads_attention:
             return model(**inputs, output_hidden_states=self.args.intermediate, return_dict=True)
