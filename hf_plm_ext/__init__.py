@@ -6,7 +6,7 @@ configs and models, collators and example builders, trainers, the objective tabl
 ``pretrain`` and ``finetune``.
 """
 
-from hf_plm_ext.registry import FAMILIES, register_families
+from hf_plm_ext.registry import FAMILIES, AutoModelForSpellingCorrection, register_families
 
 register_families()
 
@@ -17,6 +17,12 @@ from hf_plm_ext.data.replaced_token_detection import SpecialTokensMaskCollator, 
 from hf_plm_ext.data.segment_streams import StreamSegments, tokenize_stream  # noqa: E402
 from hf_plm_ext.data.similar_words import EmbeddingNeighbours, SynonymTable, load_similar_words  # noqa: E402
 from hf_plm_ext.data.sop import build_sop_pairs  # noqa: E402
+from hf_plm_ext.data.spelling_errors import (  # noqa: E402
+    ConfusionSet,
+    SpellingErrorGenerator,
+    build_spelling_pairs,
+    read_spelling_pairs,
+)
 from hf_plm_ext.data.token_blocks import token_blocks  # noqa: E402
 from hf_plm_ext.data.tokenizer_training import train_tokenizer  # noqa: E402
 from hf_plm_ext.distill import (  # noqa: E402
@@ -27,6 +33,8 @@ from hf_plm_ext.distill import (  # noqa: E402
     student_from_teacher_layers,
 )
 from hf_plm_ext.distill.recipe import distill_general, distill_task  # noqa: E402
+from hf_plm_ext.eval.csc import SpellingCorrector, evaluate_csc, finetune_csc  # noqa: E402
+from hf_plm_ext.eval.csc_metrics import csc_scores  # noqa: E402
 from hf_plm_ext.eval.language_model import evaluate_language_model, stream_perplexity  # noqa: E402
 from hf_plm_ext.eval.runner import FinetuneArguments, finetune  # noqa: E402
 from hf_plm_ext.hub.cards import render_card  # noqa: E402
@@ -51,6 +59,7 @@ from hf_plm_ext.modeling.macbert import (  # noqa: E402
     MacBertForPreTraining,
     MacBertForQuestionAnswering,
     MacBertForSequenceClassification,
+    MacBertForSpellingCorrection,
     MacBertForTokenClassification,
     MacBertModel,
 )
@@ -79,7 +88,8 @@ __all__ = [
     # model families
     "FAMILIES", "register_families",
     "MacBertConfig", "MacBertModel", "MacBertForMaskedLM", "MacBertForPreTraining", "MacBertForSequenceClassification",
-    "MacBertForTokenClassification", "MacBertForQuestionAnswering",
+    "MacBertForTokenClassification", "MacBertForQuestionAnswering", "MacBertForSpellingCorrection",
+    "AutoModelForSpellingCorrection",
     "ElectraRTDConfig", "ElectraForRTDPreTraining", "ElectraRTDModel", "ElectraRTDForSequenceClassification",
     "TransfoXLConfig", "TransfoXLModel", "TransfoXLLMHeadModel", "TransfoXLForSequenceClassification",
     "RevLSHConfig", "RevLSHModel", "RevLSHForMaskedLM", "RevLSHForCausalLM", "RevLSHForSequenceClassification",
@@ -90,7 +100,8 @@ __all__ = [
     # data: collators and example builders
     "DataCollatorForCorrectionMasking", "SpecialTokensMaskCollator", "add_word_ids", "jieba_spans",
     "build_sop_pairs", "token_blocks", "StreamSegments", "tokenize_stream", "load_similar_words", "SynonymTable",
-    "EmbeddingNeighbours", "train_tokenizer",
+    "EmbeddingNeighbours", "train_tokenizer", "ConfusionSet", "SpellingErrorGenerator", "build_spelling_pairs",
+    "read_spelling_pairs",
     # training
     "SubLossTrainer", "SegmentMemoryTrainer", "LayerwiseLRDecayTrainer", "OBJECTIVES", "Objective",
     "PretrainArguments", "pretrain",
@@ -98,6 +109,7 @@ __all__ = [
     "DistillationArguments", "DistillationModel", "DistillationTrainer", "student_config",
     "student_from_teacher_layers", "distill_task", "distill_general",
     # evaluation, conversion, publishing
-    "FinetuneArguments", "finetune", "rtd_metrics", "stream_perplexity", "evaluate_language_model",
+    "FinetuneArguments", "finetune", "finetune_csc", "evaluate_csc", "csc_scores", "SpellingCorrector",
+    "rtd_metrics", "stream_perplexity", "evaluate_language_model",
     "export_as_bert", "export_electra", "convert_reformer", "convert_adapterhub", "render_card", "push_checkpoint",
 ]

@@ -4,8 +4,12 @@
 ``FAMILIES`` (see CONTRIBUTING.md); nothing else registers classes.
 """
 
+from collections import OrderedDict
+
 import transformers
 from transformers import AutoConfig
+from transformers.models.auto.auto_factory import _BaseAutoModelClass, _LazyAutoMapping
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
 from hf_plm_ext.modeling.electra_rtd import (
     ElectraForRTDPreTraining,
@@ -25,6 +29,7 @@ from hf_plm_ext.modeling.macbert import (
     MacBertForPreTraining,
     MacBertForQuestionAnswering,
     MacBertForSequenceClassification,
+    MacBertForSpellingCorrection,
     MacBertForTokenClassification,
     MacBertModel,
 )
@@ -42,6 +47,28 @@ from hf_plm_ext.modeling.transfo_xl import (
     TransfoXLModel,
 )
 
+
+
+class AutoModelForSpellingCorrection(_BaseAutoModelClass):
+    """The Auto class of spelling-correction models (a task transformers has none for), made by transformers' own
+    Auto factory: ``AutoModelForSpellingCorrection.from_pretrained(path)`` / ``.from_config(config)``, after
+    ``import hf_plm_ext``. A saved checkpoint's ``auto_map`` names it too, so where hf-plm-ext is not installed
+    ``transformers.dynamic_module_utils.get_class_from_dynamic_module(config.auto_map[
+    "AutoModelForSpellingCorrection"], path)`` gives the class, and ``AutoModelForMaskedLM`` loads the correction
+    head alone."""
+
+    _model_mapping = _LazyAutoMapping(CONFIG_MAPPING_NAMES, OrderedDict())
+
+
+# Auto classes of this package, for tasks transformers has no Auto class for
+PACKAGE_AUTO_CLASSES = {"AutoModelForSpellingCorrection": AutoModelForSpellingCorrection}
+
+
+def auto_class(name: str):
+    """transformers' Auto class called ``name``, or this package's."""
+    return getattr(transformers, name, None) or PACKAGE_AUTO_CLASSES[name]
+
+
 FAMILIES = {
     MacBertConfig: {
         "AutoModel": MacBertModel,
@@ -50,6 +77,7 @@ FAMILIES = {
         "AutoModelForSequenceClassification": MacBertForSequenceClassification,
         "AutoModelForTokenClassification": MacBertForTokenClassification,
         "AutoModelForQuestionAnswering": MacBertForQuestionAnswering,
+        "AutoModelForSpellingCorrection": MacBertForSpellingCorrection,  # MacBERT4CSC
     },
     ElectraRTDConfig: {
         "AutoModel": ElectraRTDModel,  # the discriminator's encoder
@@ -99,8 +127,11 @@ def register_families() -> None:
         config_class.register_for_auto_class("AutoConfig")
         config_class._family_auto_map = family_auto_map(config_class)
         for auto_name, model_class in models.items():
-            getattr(transformers, auto_name).register(config_class, model_class, exist_ok=True)
-            model_class.register_for_auto_class(auto_name)
+            auto_class(auto_name).register(config_class, model_class, exist_ok=True)
+            if auto_name in PACKAGE_AUTO_CLASSES:  # (register_for_auto_class accepts transformers' names only)
+                model_class._auto_class = auto_name
+            else:
+                model_class.register_for_auto_class(auto_name)
 
 
 def supported_model_types() -> list[str]:

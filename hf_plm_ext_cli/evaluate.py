@@ -1,4 +1,5 @@
-"""``hf-plm-ext eval lm``: perplexity of a language model with segment memory."""
+"""``hf-plm-ext eval lm``: perplexity of a language model with segment memory; ``eval csc``: spelling correction
+scored as the SIGHAN bake-off defines it."""
 
 import argparse
 import json
@@ -23,6 +24,28 @@ def add_to(evaluate):
                                                                 "order)")
     lm.add_argument("--output", metavar="FILE", help="also write the results as JSON (a new file)")
     lm.set_defaults(handler=run_lm)
+    csc = kinds.add_parser("csc", help="correct a test file's sources with a spelling-correction model and score "
+                                       "them (sentence and character level, SIGHAN's definitions, and "
+                                       "pycorrector's)", allow_abbrev=False)
+    csc.add_argument("--model", required=True, metavar="DIR")
+    csc.add_argument("--test-file", required=True, metavar="FILE", help="source<TAB>target lines or SIGHAN-style "
+                                                                        "JSON (e.g. SIGHAN-15 test)")
+    csc.add_argument("--output", required=True, metavar="DIR", help="new folder: eval_results.json, "
+                                                                    "predictions.tsv, README.md (the card)")
+    csc.add_argument("--batch-size", type=int, default=32)
+    csc.add_argument("--max-length", type=int, help="tokens per window (default: the model's positions)")
+    csc.set_defaults(handler=run_csc)
+
+
+def run_csc(args):
+    from hf_plm_ext.eval.csc import evaluate_csc
+    from hf_plm_ext.eval.results import results_table
+    from hf_plm_ext.files import check_new_output
+
+    check_new_output(args.output)
+    results = evaluate_csc(args.model, args.test_file, args.output, args.batch_size, args.max_length)
+    print(results_table([results]), end="")
+    print(f"saved to {args.output}")
 
 
 def run_lm(args):

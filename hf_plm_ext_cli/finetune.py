@@ -1,8 +1,8 @@
-"""``hf-plm-ext finetune glue|clue``."""
+"""``hf-plm-ext finetune glue|clue|csc``."""
 
 from hf_plm_ext_cli.arguments import add_training_command, dataclasses_from
 
-NAME, HELP = "finetune", "fine-tune and evaluate on GLUE or CLUE"
+NAME, HELP = "finetune", "fine-tune and evaluate on GLUE or CLUE, or for Chinese spelling correction (csc)"
 
 
 def add_to(finetune_parser):
@@ -20,6 +20,13 @@ def add_to(finetune_parser):
             save_strategy="no", eval_strategy="no",
         )
         parser.set_defaults(benchmark_name=benchmark)
+    from hf_plm_ext.eval.csc import CSCFinetuneArguments
+
+    add_training_command(benchmarks, "csc", "MacBERT4CSC: fine-tune a BERT / MacBERT checkpoint for Chinese spelling "
+                         "correction (a correction and a detection head) on pairs generated from clean text with "
+                         "real confusion sets (--corpus) or read from a file (--train_file)",
+                         [CSCFinetuneArguments, TrainingArguments], run_csc, save_strategy="no", eval_strategy="no",
+                         learning_rate=5e-5, weight_decay=0.01, per_device_train_batch_size=32)
 
 
 def run(args):
@@ -33,3 +40,16 @@ def run(args):
     if training_args.process_index == 0:
         print(results_table([results]), end="")
         print(f"saved to {finetune_args.output}")
+
+
+def run_csc(args):
+    from hf_plm_ext.eval.csc import finetune_csc
+    from hf_plm_ext.eval.results import results_table
+    from hf_plm_ext.files import check_new_output
+
+    csc_args, training_args = dataclasses_from(args)
+    check_new_output(csc_args.output)
+    results = finetune_csc(csc_args, training_args)
+    if training_args.process_index == 0:
+        print(results_table([results]), end="")
+        print(f"saved to {csc_args.output}")

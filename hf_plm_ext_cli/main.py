@@ -11,9 +11,10 @@ import argparse
 import signal
 import sys
 
-from hf_plm_ext_cli import convert, demo, distill, evaluate, export, finetune, k_adapter, pretrain, push, tokenizer
+from hf_plm_ext_cli import (convert, correct, demo, distill, evaluate, export, finetune, k_adapter, pretrain, push,
+                            tokenizer)
 
-COMMANDS = (tokenizer, pretrain, finetune, distill, evaluate, convert, export, k_adapter, push, demo)
+COMMANDS = (tokenizer, pretrain, finetune, distill, evaluate, correct, convert, export, k_adapter, push, demo)
 DESCRIPTION = ("Post-BERT pre-training ideas as Hugging Face transformers families: train tokenizers, pre-train "
                "(`hf-plm-ext pretrain --help` lists the objectives), fine-tune on GLUE/CLUE, evaluate, "
                "convert other implementations' checkpoints, export and push to a Hub.")
@@ -41,6 +42,10 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv)
     args, unrecognized = parser.parse_known_args(argv)
+    tail = getattr(args, "positional_tail", None)  # e.g. `correct`'s texts after an option: argparse leaves them
+    if tail and unrecognized and not any(arg.startswith("-") for arg in unrecognized):
+        getattr(args, tail).extend(unrecognized)
+        unrecognized = []
     if unrecognized:
         explain = getattr(args, "explain_unrecognized", None)
         parser.error(explain(unrecognized) if explain else f"unrecognized arguments: {' '.join(unrecognized)}")

@@ -61,3 +61,15 @@ def test_demo_with_rev_lsh_fine_tunes_a_reversible_lsh_encoder_and_reloads_it(tm
     assert code == 0, stderr[-3000:]
     assert "RevLSHForSequenceClassification; max |logit difference| vs. this process: 0.00e+00" in stdout
     assert (out / "sst2" / "attention_rev_lsh.py").is_file()  # the family's sibling file travels with it
+
+
+def test_demo_of_spelling_correction_pretrains_fine_tunes_corrects_and_reloads(tmp_path, capsys):
+    out = tmp_path / "demo"
+    code, stdout, stderr = run_cli(["demo", "--objective", "csc", "--output", out, "--pretrain-steps", 10,
+                                    "--finetune-epochs", 0.2], capsys)
+    assert code == 0, stderr[-3000:]
+    assert "MacBertForSpellingCorrection; max |logit difference| vs. this process: 0.00e+00" in stdout
+    assert "我跟我朋有打算去法国玩儿。 -> " in stdout
+    results = (out / "demo_results.md").read_text()
+    assert "| fine-tune | " in results and "held-out sentence correction F1" in results
+    assert (out / "csc" / "modeling_macbert.py").is_file()

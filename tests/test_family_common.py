@@ -12,6 +12,8 @@ import torch.nn.functional as F
 import transformers
 from transformers import AutoConfig
 
+from hf_plm_ext.registry import auto_class
+
 from family_common import VOCAB, CASE_IDS, CASES, TINY_CONFIGS, first_output, input_ids, model_classes, run
 
 from conftest import fresh_python
@@ -34,7 +36,7 @@ def shared_parameter_groups(model) -> list[list[str]]:
 def test_the_auto_class_builds_the_registered_class(variant, auto_name, model_class):
     config = TINY_CONFIGS[variant]()
     assert type(AutoConfig.for_model(config.model_type)) is type(config)
-    assert type(getattr(transformers, auto_name).from_config(config)) is model_class
+    assert type(auto_class(auto_name).from_config(config)) is model_class
     assert model_class._auto_class == auto_name
 
 
@@ -52,7 +54,7 @@ def test_save_and_load_give_the_same_outputs_and_keep_tied_weights_tied(variant,
         left_out = set(model.state_dict()) - set(weights.keys())
     # what save leaves out is exactly what the model reports as tied, under the same names (load re-ties those)
     assert left_out == set(model.get_expanded_tied_weights_keys(all_submodels=True))
-    loaded = getattr(transformers, auto_name).from_pretrained(tmp_path).eval()
+    loaded = auto_class(auto_name).from_pretrained(tmp_path).eval()
     assert type(loaded) is model_class
     with torch.no_grad():
         assert torch.equal(first_output(run(loaded, ids)), expected)
@@ -137,7 +139,7 @@ def test_eager_and_sdpa_attention_agree(variant, auto_name, model_class):
 @pytest.mark.parametrize("variant,auto_name,model_class", CASES, ids=CASE_IDS)
 def test_loads_in_bfloat16_and_runs(variant, auto_name, model_class, tmp_path):
     build(variant, model_class).save_pretrained(tmp_path)
-    model = getattr(transformers, auto_name).from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
+    model = auto_class(auto_name).from_pretrained(tmp_path, dtype=torch.bfloat16).eval()
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
     with torch.no_grad():
         output = first_output(run(model, input_ids()))
@@ -182,7 +184,13 @@ else:
 folder, cases, ids = sys.argv[1], json.loads(sys.argv[2]), torch.tensor(json.loads(sys.argv[3]))
 out = {}
 for auto_name, subfolder in cases:
-    model = getattr(transformers, auto_name).from_pretrained(f"{folder}/{subfolder}", trust_remote_code=True).eval()
+    path = f"{folder}/{subfolder}"
+    if hasattr(transformers, auto_name):
+        model = getattr(transformers, auto_name).from_pretrained(path, trust_remote_code=True).eval()
+    else:  # an Auto class of hf-plm-ext's own: the checkpoint's auto_map names the class
+        from transformers.dynamic_module_utils import get_class_from_dynamic_module
+        class_ref = transformers.AutoConfig.from_pretrained(path, trust_remote_code=True).auto_map[auto_name]
+        model = get_class_from_dynamic_module(class_ref, path).from_pretrained(path).eval()
     assert type(model).__module__.startswith("transformers_modules."), type(model).__module__
     torch.manual_seed(0)
     with torch.no_grad():
@@ -227,7 +235,7 @@ def test_resized_embeddings_stay_tied_and_survive_save_and_load(variant, auto_na
     with torch.no_grad():
         expected = first_output(run(model, ids))
     model.save_pretrained(tmp_path)
-    loaded = getattr(transformers, auto_name).from_pretrained(tmp_path).eval()
+    loaded = auto_class(auto_name).from_pretrained(tmp_path).eval()
     assert loaded.get_input_embeddings().num_embeddings == VOCAB + 5
     with torch.no_grad():  # the resized table is laid out anew: the same numbers to rounding (seen: 2e-9)
         torch.testing.assert_close(first_output(run(loaded, ids)), expected, atol=1e-6, rtol=1e-6)
@@ -236,7 +244,8 @@ def test_resized_embeddings_stay_tied_and_survive_save_and_load(variant, auto_na
 def loss_of(model, ids):
     """The model's own loss where its head has one for plain token ids, else a function of its first output."""
     name = type(model).__name__
-    outputs = run(model, ids, seed=1, **({"labels": ids} if name.endswith(("ForMaskedLM", "LMHeadModel")) else {}))
+    labelled = name.endswith(("ForMaskedLM", "LMHeadModel", "ForSpellingCorrection"))
+    outputs = run(model, ids, seed=1, **({"labels": ids} if labelled else {}))
     return outputs.loss if outputs.get("loss") is not None else first_output(outputs).float().pow(2).mean()
 
 

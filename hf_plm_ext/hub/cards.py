@@ -24,6 +24,7 @@ HEADS = {
     "ForSequenceClassification": ("AutoModelForSequenceClassification", "text-classification"),
     "ForTokenClassification": ("AutoModelForTokenClassification", "token-classification"),
     "ForQuestionAnswering": ("AutoModelForQuestionAnswering", "question-answering"),
+    "ForSpellingCorrection": ("AutoModelForSpellingCorrection", "text2text-generation"),  # hf_plm_ext's Auto class
     "ForPreTraining": ("AutoModelForPreTraining", "feature-extraction"),
     "ForMaskedLM": ("AutoModelForMaskedLM", "feature-extraction"),
     "LMHeadModel": ("AutoModelForCausalLM", "text-generation"),
@@ -50,16 +51,18 @@ def template_for(model_type: str) -> str:
 
 
 def eval_results_of(results: dict) -> list[EvalResult]:
-    """``model-index`` entries from an ``eval_results.json`` written by the GLUE/CLUE runner."""
+    """``model-index`` entries from an ``eval_results.json`` written by the GLUE/CLUE runner (or the CSC one)."""
     benchmark, task = results["benchmark"], results["task"]
-    return [EvalResult(task_type="text-classification", dataset_type=benchmark, dataset_name=f"{benchmark.upper()} "
+    return [EvalResult(task_type=results.get("task_type", "text-classification"), dataset_type=benchmark, dataset_name=f"{benchmark.upper()} "
                        f"{task.upper()}", dataset_config=task, dataset_split=split["split"], metric_type=name,
                        metric_value=round(float(value), 4))
             for split in results["results"] for name, value in split["metrics"].items()]
 
 
-def render_card(checkpoint, repo_id=None, language=None, license=None, base_model=None, datasets=None) -> ModelCard:
-    """The model card of ``checkpoint`` (a folder written by ``hf-plm-ext``)."""
+def render_card(checkpoint, repo_id=None, language=None, license=None, base_model=None, datasets=None,
+                eval_results=None) -> ModelCard:
+    """The model card of ``checkpoint`` (a folder written by ``hf-plm-ext``); ``eval_results`` (as
+    ``eval_results.json`` holds them) in place of the folder's own, e.g. a later evaluation's."""
     checkpoint = Path(checkpoint)
     if (checkpoint / "adapter_config.json").is_file():
         return render_adapter_card(checkpoint, repo_id, language, license, base_model, datasets)
@@ -71,6 +74,7 @@ def render_card(checkpoint, repo_id=None, language=None, license=None, base_mode
                                     HEADS["Model"])
     pretrained = _optional(checkpoint / "pretrain_results.json")
     evaluated = _optional(checkpoint / "eval_results.json")
+    scored = eval_results or evaluated
     training_args = _optional(checkpoint / "training_args.json") or {}
 
     pretraining = {}
@@ -90,7 +94,7 @@ def render_card(checkpoint, repo_id=None, language=None, license=None, base_mode
         base_model=base_model, datasets=datasets,
         tags=list(dict.fromkeys(["hf-plm-ext", config["model_type"], *([objective] if objective else []),
               *(["custom_code"] if config.get("auto_map") else [])])),
-        eval_results=eval_results_of(evaluated) if evaluated else None,
+        eval_results=eval_results_of(scored) if scored else None,
     )
     if distilled:
         what = (f"This checkpoint is a student distilled from `{distilled['teacher']}` (TinyBERT's layer-wise "
@@ -111,7 +115,8 @@ def render_card(checkpoint, repo_id=None, language=None, license=None, base_mode
         repo_id=repo_id or f"path/to/{checkpoint.name}", auto_class=auto_class, architecture=architecture,
         what_this_checkpoint_is=what, pretraining=pretraining, training=training,
         distillation=distillation_rows(distilled) if distilled else {},
-        results_table=results_table([evaluated]) if evaluated else "",
+        results_table=results_table([scored]) if scored else "",
+        spelling_correction=architecture.endswith("ForSpellingCorrection"),
         num_parameters=_parameter_count(checkpoint), config=config, **{k: config.get(k) for k in (
             "num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")},
     )
@@ -178,6 +183,9 @@ def distillation_rows(distilled: dict) -> dict:
 
 
 def fine_tuned_on(evaluated: dict) -> str:
+    if evaluated["benchmark"] == "csc":
+        return (f"a Chinese spelling-correction model (MacBERT4CSC: a correction and a detection head) fine-tuned on "
+                f"{evaluated['num_train_examples']} pairs ({evaluated['train_data']})")
     return (f"fine-tuned on {evaluated['benchmark'].upper()} {evaluated['task'].upper()} "
             f"({evaluated['num_train_examples']} training examples)")
 
@@ -201,13 +209,14 @@ def render_adapter_card(checkpoint: Path, repo_id=None, language=None, license=N
     method, citation = PEFT_METHODS.get(peft_type, (f"trains the parameters that PEFT's `{peft_type}` method adds.",
                                                     None))
     evaluated = _optional(checkpoint / "eval_results.json")
+    scored = eval_results or evaluated
     training_args = _optional(checkpoint / "training_args.json") or {}
     name = repo_id.split("/")[-1] if repo_id else checkpoint.name
     card_data = ModelCardData(
         model_name=name, library_name="peft", pipeline_tag=pipeline_tag, language=language, license=license,
         base_model=base if base and not is_local_path(base) else None, datasets=datasets,
         tags=["hf-plm-ext", "peft", peft_type.lower(), "adapter"],
-        eval_results=eval_results_of(evaluated) if evaluated else None,
+        eval_results=eval_results_of(scored) if scored else None,
     )
     weight_names = list(weight_shapes(checkpoint / "adapter_model.safetensors"))
     # PEFT lists every usual head name (classifier, score); keep those this model has
@@ -224,7 +233,8 @@ def render_adapter_card(checkpoint: Path, repo_id=None, language=None, license=N
                     if (v := adapter.get(k)) not in (None, [], {})},
                  **({"modules_to_save": _show(saved_modules)} if saved_modules else {})},
         training={k: _show(training_args[k]) for k in TRAINING_FIELDS if training_args.get(k) not in (None, -1)},
-        results_table=results_table([evaluated]) if evaluated else "",
+        results_table=results_table([scored]) if scored else "",
+        spelling_correction=architecture.endswith("ForSpellingCorrection"),
     )
     return ModelCard(re.sub(r"\n{3,}", "\n\n", str(card)))
 

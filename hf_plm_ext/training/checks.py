@@ -7,6 +7,7 @@ from pathlib import Path
 import httpx2  # huggingface_hub's HTTP client
 from huggingface_hub.errors import StrictDataclassError
 from safetensors import SafetensorError
+from transformers import PreTrainedModel
 from transformers.utils import logging as transformers_logging
 
 from hf_plm_ext.errors import UserInputError
@@ -28,7 +29,7 @@ def load_pretrained(auto_class, name_or_path, what, **kwargs):
     else:
         check_hub_model(str(name_or_path), what)
     try:
-        if hasattr(auto_class, "_model_mapping"):  # a model, not a config or tokenizer
+        if hasattr(auto_class, "_model_mapping") or issubclass(auto_class, PreTrainedModel):  # a model
             return _load_model(auto_class, name_or_path, what, **kwargs)
         return auto_class.from_pretrained(name_or_path, **kwargs)
     except SafetensorError as err:

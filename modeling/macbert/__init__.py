@@ -4,9 +4,11 @@ from .modeling_macbert import (
     MacBertForPreTraining,
     MacBertForQuestionAnswering,
     MacBertForSequenceClassification,
+    MacBertForSpellingCorrection,
     MacBertForTokenClassification,
     MacBertModel,
     MacBertPreTrainedModel,
+    MacBertSpellingCorrectionOutput,
 )
 
 __all__ = [
@@ -15,7 +17,9 @@ __all__ = [
     "MacBertForPreTraining",
     "MacBertForQuestionAnswering",
     "MacBertForSequenceClassification",
+    "MacBertForSpellingCorrection",
     "MacBertForTokenClassification",
     "MacBertModel",
     "MacBertPreTrainedModel",
+    "MacBertSpellingCorrectionOutput",
 ]

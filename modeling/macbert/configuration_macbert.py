@@ -11,7 +11,12 @@ from transformers import BertConfig
 
 @strict
 class MacBertConfig(BertConfig):
-    r"""Configuration of a MacBERT encoder; every field means what it means in [`BertConfig`].
+    r"""Configuration of a MacBERT encoder; every field means what it means in [`BertConfig`], plus the
+    spelling-correction head's loss (MacBERT4CSC, read only by [`MacBertForSpellingCorrection`]):
+
+    correction_loss_weight (`float`, 0.3): ``w`` in ``loss = w * correction_loss + (1 - w) * detection_loss``.
+    detection_focal_gamma (`float`, 2.0): the focal loss's focusing exponent (0 = plain binary cross-entropy).
+    detection_focal_alpha (`float`, 0.25): the focal loss's weight of the "wrong character" class.
 
     Example:
         >>> from hf_plm_ext.modeling.macbert import MacBertConfig, MacBertModel
@@ -19,6 +24,9 @@ class MacBertConfig(BertConfig):
     """
 
     model_type = "macbert"
+    correction_loss_weight: float | int = 0.3
+    detection_focal_gamma: float | int = 2.0
+    detection_focal_alpha: float | int = 0.25
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -49,6 +57,12 @@ def _check_fields(config):
         value = getattr(config, name)
         if not 0.0 <= value < 1.0:
             raise ValueError(f"MacBertConfig.{name} must be in [0, 1), got {value!r}")
+    for name in ("correction_loss_weight", "detection_focal_alpha"):
+        value = getattr(config, name)
+        if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+            raise ValueError(f"MacBertConfig.{name} must be in [0, 1], got {value!r}")
+    if not isinstance(config.detection_focal_gamma, (int, float)) or config.detection_focal_gamma < 0:
+        raise ValueError(f"MacBertConfig.detection_focal_gamma must be >= 0, got {config.detection_focal_gamma!r}")
     if config.pad_token_id is not None and not 0 <= config.pad_token_id < config.vocab_size:
         raise ValueError(
             f"MacBertConfig.pad_token_id ({config.pad_token_id}) must be in [0, vocab_size={config.vocab_size})"

@@ -20,6 +20,7 @@ from transformers import (
     BertModel,
     BertPreTrainedModel,
 )
+from transformers.models.bert.modeling_bert import BertOnlyMLMHead
 from transformers.utils import ModelOutput
 from transformers.utils.generic import can_return_tuple
 
@@ -43,6 +44,38 @@ class MacBertForPreTrainingOutput(ModelOutput):
     sop_logits: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class MacBertSpellingCorrectionOutput(ModelOutput):
+    """
+    loss: ``w * correction_loss + (1 - w) * detection_loss`` with ``w = config.correction_loss_weight``; shape ``()``.
+    correction_loss: cross-entropy of the correction head against the correct sentence, over every labelled token.
+    detection_loss: sigmoid focal loss of the detection head over the attended tokens.
+    correction_logits: ``[batch, seq, vocab]``; the argmax at each position is the corrected token.
+    detection_logits: ``[batch, seq]``; ``sigmoid > 0.5`` = the token is judged wrong.
+    """
+
+    loss: torch.Tensor | None = None
+    correction_loss: torch.Tensor | None = None
+    detection_loss: torch.Tensor | None = None
+    correction_logits: torch.Tensor | None = None
+    detection_logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+def sigmoid_focal_loss(logits, targets, gamma: float, alpha: float, mask=None) -> torch.Tensor:
+    """Mean binary focal loss (Lin et al., 2017) of ``logits`` against 0/1 ``targets``, both ``[...]``, over the
+    entries where ``mask`` is true (all if None). The form of pycorrector's ``FocalLoss(activation_type="sigmoid")``,
+    ``-alpha * t * (1-p)^gamma * log p - (1-alpha) * (1-t) * p^gamma * log(1-p)``, with log-sigmoid in place of
+    its ``log(p + 1e-9)`` (the same value where that is finite, no underflow where a logit is large)."""
+    targets = targets.to(logits.dtype)
+    probability = torch.sigmoid(logits)
+    log_p, log_not_p = nn.functional.logsigmoid(logits), nn.functional.logsigmoid(-logits)
+    loss = -(alpha * targets * (1 - probability) ** gamma * log_p
+             + (1 - alpha) * (1 - targets) * probability ** gamma * log_not_p)
+    return loss[mask.bool()].mean() if mask is not None else loss.mean()
 
 
 class MacBertPreTrainedModel(BertPreTrainedModel):
@@ -99,6 +132,59 @@ class MacBertForPreTraining(MacBertPreTrainedModel, BertForPreTraining):
         )
 
 
+class MacBertForSpellingCorrection(MacBertPreTrainedModel, BertForMaskedLM):
+    """MacBERT4CSC (pycorrector's design): the encoder, BERT's masked-LM head as the correction head (tied to the input
+    embeddings; it predicts the correct character at every position) and a per-token detection head
+    (``detection``: hidden -> 1) trained with a focal loss. The detection does not gate the correction's input (unlike
+    Soft-Masked BERT): it is a second task that sharpens the encoder, and its probability is reported.
+
+    Weight names are ``BertForMaskedLM``'s plus ``detection.*``: a BERT / MacBERT checkpoint loads the encoder and the
+    correction head, and this model's checkpoint loads into ``BertForMaskedLM`` (the correction alone).
+
+    Inputs: the (possibly misspelt) sentence as ``input_ids`` ``[batch, seq]`` (+ masks); ``labels`` ``[batch, seq]``:
+    the correct sentence's ids, same length, -100 at padding; ``detection_labels`` ``[batch, seq]`` (1 = wrong),
+    derived from ``labels != input_ids`` when not given.
+    """
+
+    config_class = MacBertConfig
+
+    def __init__(self, config: MacBertConfig):
+        MacBertPreTrainedModel.__init__(self, config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.cls = BertOnlyMLMHead(config)
+        self.detection = nn.Linear(config.hidden_size, 1)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, labels=None, detection_labels=None, **kwargs) -> MacBertSpellingCorrectionOutput:
+        outputs = self.bert(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                            position_ids=position_ids, inputs_embeds=inputs_embeds, return_dict=True, **kwargs)
+        correction_logits = self.cls(outputs.last_hidden_state)
+        detection_logits = self.detection(outputs.last_hidden_state).squeeze(-1)
+        loss = correction_loss = detection_loss = None
+        if labels is not None:
+            correction_loss = nn.functional.cross_entropy(correction_logits.view(-1, self.config.vocab_size),
+                                                          labels.view(-1))
+            if detection_labels is None:
+                if input_ids is None:
+                    raise ValueError("MacBertForSpellingCorrection: pass detection_labels with inputs_embeds "
+                                     "(they are derived from input_ids != labels otherwise)")
+                detection_labels = (labels != input_ids) & (labels != -100)
+            attended = labels != -100
+            if attention_mask is not None:
+                attended = attended & attention_mask.bool()
+            detection_loss = sigmoid_focal_loss(detection_logits, detection_labels, self.config.detection_focal_gamma,
+                                                self.config.detection_focal_alpha, attended)
+            weight = self.config.correction_loss_weight
+            loss = weight * correction_loss + (1 - weight) * detection_loss
+        return MacBertSpellingCorrectionOutput(
+            loss=loss, correction_loss=correction_loss, detection_loss=detection_loss,
+            correction_logits=correction_logits, detection_logits=detection_logits,
+            hidden_states=outputs.hidden_states, attentions=outputs.attentions,
+        )
+
+
 class MacBertForSequenceClassification(MacBertPreTrainedModel, BertForSequenceClassification):
     """Encoder + pooled classifier; ``logits`` are ``[batch, num_labels]`` (``num_labels == 1``:
     regression with MSE)."""
@@ -125,7 +211,10 @@ __all__ = [
     "MacBertForPreTrainingOutput",
     "MacBertForQuestionAnswering",
     "MacBertForSequenceClassification",
+    "MacBertForSpellingCorrection",
     "MacBertForTokenClassification",
     "MacBertModel",
     "MacBertPreTrainedModel",
+    "MacBertSpellingCorrectionOutput",
+    "sigmoid_focal_loss",
 ]

@@ -1,0 +1,246 @@
+"""Chinese spelling correction with MacBERT4CSC: fine-tune (``finetune_csc``), correct (``SpellingCorrector``, a
+pipeline-style call) and score a test file (``evaluate_csc``: SIGHAN's definitions, ``csc_metrics``).
+
+:func:`finetune_csc` is training pairs (generated from clean text with real confusion sets, or read from a file)
+-> :func:`spelling_correction_model` (any BERT / MacBERT checkpoint) -> ``encode_spelling_pairs`` -> a
+``SubLossTrainer`` (``correction_loss`` and ``detection_loss`` logged) -> the held-out pairs corrected and scored
+-> the model, ``eval_results.json`` and ``eval_results.md``.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+from transformers import AutoConfig, AutoTokenizer, DataCollatorForTokenClassification, TrainingArguments, set_seed
+
+from hf_plm_ext.data.spelling_errors import (
+    ConfusionSet,
+    SpellingErrorGenerator,
+    build_spelling_pairs,
+    encode_spelling_pairs,
+    is_chinese_character,
+    read_clean_sentences,
+    read_spelling_pairs,
+)
+from hf_plm_ext.errors import UserInputError
+from hf_plm_ext.eval.csc_metrics import csc_scores
+from hf_plm_ext.eval.results import write_results
+from hf_plm_ext.files import staged_output
+from hf_plm_ext.modeling.macbert import MacBertConfig, MacBertForSpellingCorrection
+from hf_plm_ext.training.checks import check_tokenizer_fits, load_pretrained
+from hf_plm_ext.training.saving import save_final
+from hf_plm_ext.training.trainer import SubLossTrainer
+
+BENCHMARK, TASK_TYPE = "csc", "text2text-generation"
+
+
+@dataclass
+class CSCFinetuneArguments:
+    model: str = field(metadata={"help": "a BERT or MacBERT checkpoint (its tokenizer beside it), or a spelling-"
+                                         "correction one to train further"})
+    output: str = field(metadata={"help": "new directory for the model, eval_results.json and eval_results.md"})
+    corpus: list[str] | None = field(default=None, metadata={"help": "clean Chinese text files: their sentences, "
+                                                                     "misspelt with the confusion sets, are the "
+                                                                     "training pairs"})
+    train_file: str | None = field(default=None, metadata={"help": "training pairs instead: source<TAB>target "
+                                                                   "lines, or SIGHAN-style JSON"})
+    validation_file: str | None = field(default=None, metadata={"help": "held-out pairs (default: "
+                                                                        "--validation_fraction of the training "
+                                                                        "pairs, set aside)"})
+    validation_fraction: float = field(default=0.05, metadata={"help": "share of the training pairs held out"})
+    test_file: str | None = field(default=None, metadata={"help": "also corrected and scored at the end (e.g. "
+                                                                  "SIGHAN-15 test)"})
+    max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training pairs"})
+    max_seq_length: int = field(default=128, metadata={"help": "longer sentences are truncated"})
+    clean_fraction: float = field(default=0.3, metadata={"help": "--corpus: share of sentences left without errors"})
+    same_sound_probability: float = field(default=0.7, metadata={"help": "--corpus: share of errors taken from "
+                                                                         "the same-sound set (the rest: same shape)"})
+    correction_loss_weight: float | None = field(default=None, metadata={
+        "help": "w in w * correction + (1 - w) * detection (default: the config's, 0.3 as MacBERT4CSC)"})
+
+
+def spelling_correction_model(path: str, **config_overrides) -> MacBertForSpellingCorrection:
+    """``path`` as a :class:`MacBertForSpellingCorrection`: a spelling-correction checkpoint as it is; a MacBERT or
+    BERT one with its encoder (and masked-LM head, if it has one) loaded key for key and the detection head new."""
+    config = load_pretrained(AutoConfig, path, "config")
+    if config.model_type == "bert":
+        config = MacBertConfig(**{k: v for k, v in config.to_dict().items()
+                                  if k not in ("model_type", "auto_map", "architectures", "transformers_version")})
+    elif config.model_type != "macbert":
+        raise UserInputError(f"{path} is a {config.model_type!r} checkpoint: spelling correction starts from a BERT "
+                             "or MacBERT one")
+    for name, value in config_overrides.items():
+        if value is not None:
+            setattr(config, name, value)
+    try:
+        config.validate()
+    except Exception as err:  # a field out of range: the config names it
+        raise UserInputError(" ".join(str(err).split())) from None
+    return load_pretrained(MacBertForSpellingCorrection, path, "model", config=config)
+
+
+def training_pairs(args: CSCFinetuneArguments, tokenizer, seed: int):
+    """``(train, validation, description)``: the pairs to train and hold out, and where they came from."""
+    if bool(args.corpus) == bool(args.train_file):
+        raise UserInputError("give the training data with one of --corpus (clean text, misspelt here) or "
+                             "--train_file (pairs)")
+    if not 0.0 < args.validation_fraction < 1.0 and args.validation_file is None:
+        raise UserInputError(f"--validation_fraction must be in (0, 1), got {args.validation_fraction}")
+    if args.corpus:
+        sentences = read_clean_sentences(args.corpus, max_length=args.max_seq_length - 2)
+        if not sentences:
+            raise UserInputError(f"--corpus {' '.join(args.corpus)}: no Chinese sentences of 8 to "
+                                 f"{args.max_seq_length - 2} characters")
+        vocabulary = [token for token in tokenizer.get_vocab() if len(token) == 1]
+        try:
+            generator = SpellingErrorGenerator(ConfusionSet.from_pycorrector().restricted_to(vocabulary),
+                                               clean_fraction=args.clean_fraction,
+                                               same_sound_probability=args.same_sound_probability)
+        except ValueError as err:
+            raise UserInputError(f"--clean_fraction / --same_sound_probability: {err}") from None
+        pairs, source = build_spelling_pairs(sentences, generator, seed), f"misspelt sentences of {args.corpus}"
+    else:
+        pairs, source = read_spelling_pairs(args.train_file), args.train_file
+    if args.validation_file:
+        train, validation = pairs, read_spelling_pairs(args.validation_file)
+    else:
+        split = pairs.train_test_split(test_size=args.validation_fraction, seed=seed)
+        train, validation = split["train"], split["test"]
+    if args.max_train_samples is not None:
+        train = train.select(range(min(args.max_train_samples, len(train))))
+    return train, validation, source
+
+
+def finetune_csc(args: CSCFinetuneArguments, training_args: TrainingArguments) -> dict:
+    """MacBERT4CSC fine-tuning of ``args.model``; writes the model, its tokenizer and the held-out (and test)
+    scores into ``args.output`` (all or nothing)."""
+    set_seed(training_args.seed)
+    tokenizer = load_pretrained(AutoTokenizer, args.model, "tokenizer")
+    train, validation, source = training_pairs(args, tokenizer, training_args.seed)
+    test = read_spelling_pairs(args.test_file) if args.test_file else None
+    model = spelling_correction_model(args.model, correction_loss_weight=args.correction_loss_weight)
+    check_tokenizer_fits(tokenizer, model, args.model)
+    train_dataset = encode_spelling_pairs(train, tokenizer, args.max_seq_length)
+    with staged_output(args.output) as staging:
+        training_args.output_dir = str(staging)
+        trainer = SubLossTrainer(model=model, args=training_args, train_dataset=train_dataset,
+                                 processing_class=tokenizer, data_collator=DataCollatorForTokenClassification(
+                                     tokenizer, pad_to_multiple_of=8))
+        trainer.model_accepts_loss_kwargs = False  # the model returns batch means
+        train_result = trainer.train()
+        corrector = SpellingCorrector(trainer.model, tokenizer, batch_size=training_args.per_device_eval_batch_size,
+                                      max_length=args.max_seq_length)
+        splits = [("validation", args.validation_file or f"{args.validation_fraction:.0%} of the training pairs",
+                   validation)] + ([("test", args.test_file, test)] if test is not None else [])
+        results = {
+            "benchmark": BENCHMARK, "task": "spelling-correction", "task_type": TASK_TYPE, "model": str(args.model),
+            "train_data": str(source), "num_train_examples": len(train_dataset),
+            "loss": {name: getattr(model.config, name) for name in ("correction_loss_weight",
+                                                                    "detection_focal_gamma", "detection_focal_alpha")},
+            "train_metrics": train_result.metrics, "sub_losses": trainer.sub_loss_history[-1:],
+            "results": [score_split(corrector, name, file, pairs)[0] for name, file, pairs in splits],
+        }
+        save_final(trainer, staging)
+        if trainer.is_world_process_zero():
+            write_results(staging, results)
+    return results
+
+
+def score_split(corrector, split: str, file, pairs, progress: bool = False) -> tuple[dict, list[str]]:
+    """The split's scores (as ``eval_results.json`` lists them) and the corrected sentences."""
+    predictions = [r["target"] for r in corrector(list(pairs["source"]), progress=progress)]
+    return ({"split": split, "file": str(file), "num_examples": len(pairs),
+             "metrics": csc_scores(pairs["source"], pairs["target"], predictions)}, predictions)
+
+
+class SpellingCorrector:
+    """Corrects Chinese text with a spelling-correction model, ``pipeline``-style::
+
+        corrector = SpellingCorrector.from_pretrained("path/to/model")
+        corrector("我跟我朋唷打算去法国玩儿。")
+        # {"source": "...朋唷...", "target": "...朋友...", "errors": [(8, "唷", "友")]}
+
+    A list gives a list. Every Chinese character the tokenizer keeps as one token may be replaced by the correction
+    head's choice (another single Chinese character); everything else (Latin, digits, punctuation, text past
+    ``max_length`` tokens, which goes through in further windows) is returned as it came, so the output always has
+    the input's length. Text without Chinese characters comes back unchanged.
+    """
+
+    def __init__(self, model, tokenizer, batch_size: int = 32, max_length: int | None = None, device=None):
+        self.model, self.tokenizer, self.batch_size = model.eval(), tokenizer, batch_size
+        self.max_length = min(max_length or model.config.max_position_embeddings,
+                              model.config.max_position_embeddings)
+        self.device = torch.device(device) if device else next(model.parameters()).device
+        self.model.to(self.device)
+        vocabulary = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+        self._is_chinese_token = torch.tensor([len(t) == 1 and is_chinese_character(t) for t in vocabulary])
+        self._vocabulary = vocabulary
+
+    @classmethod
+    def from_pretrained(cls, path: str, **kwargs) -> "SpellingCorrector":
+        config = load_pretrained(AutoConfig, path, "config")
+        architectures = config.architectures or []
+        if not any(name.endswith("ForSpellingCorrection") for name in architectures):
+            raise UserInputError(f"{path} is not a spelling-correction model (its architecture is "
+                                 f"{', '.join(architectures) or 'not recorded'}; it has no detection head): train "
+                                 "one with `hf-plm-ext finetune csc --model " + str(path) + " ...`")
+        tokenizer = load_pretrained(AutoTokenizer, path, "tokenizer")
+        model = load_pretrained(MacBertForSpellingCorrection, path, "model")
+        return cls(model, tokenizer, **kwargs)
+
+    def __call__(self, texts, progress: bool = False):
+        single = isinstance(texts, str)
+        texts = [texts] if single else list(texts)
+        results = []
+        batches = range(0, len(texts), self.batch_size)
+        for start in tqdm(batches, desc="correcting", unit="batch", disable=not progress):
+            results.extend(self._correct(texts[start:start + self.batch_size]))
+        return results[0] if single else results
+
+    @torch.inference_mode()
+    def _correct(self, texts: list[str]) -> list[dict]:
+        chars = [list(text) for text in texts]
+        chinese = [i for i, text in enumerate(texts) if any(map(is_chinese_character, text))]
+        if chinese:
+            encoded = self.tokenizer([texts[i] for i in chinese], truncation=True, max_length=self.max_length,
+                                     return_overflowing_tokens=True, return_offsets_mapping=True, padding=True,
+                                     return_tensors="pt")
+            offsets, windows = encoded.pop("offset_mapping"), encoded.pop("overflow_to_sample_mapping")
+            logits = self.model(**encoded.to(self.device)).correction_logits.float().cpu()
+            best = logits.argmax(-1)  # MacBERT4CSC's decoding: the arg-max token at each position
+            input_ids = encoded["input_ids"].tolist()
+            for row, window in enumerate(windows.tolist()):
+                text = texts[chinese[window]]
+                for (start, end), read, chosen in zip(offsets[row].tolist(), input_ids[row], best[row].tolist()):
+                    # a character the tokenizer read as itself (one token, not [UNK]) takes the head's choice when
+                    # that is one Chinese character too (never [UNK], a piece of a word, punctuation)
+                    if end - start == 1 and is_chinese_character(text[start]) and self._is_chinese_token[read] \
+                            and self._is_chinese_token[chosen]:
+                        chars[chinese[window]][start] = self._vocabulary[chosen]
+        return [{"source": text, "target": "".join(c),
+                 "errors": [(i, a, b) for i, (a, b) in enumerate(zip(text, c)) if a != b]}
+                for text, c in zip(texts, chars)]
+
+
+def evaluate_csc(model_path: str, test_file: str, output: str, batch_size: int = 32,
+                 max_length: int | None = None) -> dict:
+    """Corrects ``test_file``'s sources, scores them (``csc_metrics``) and writes ``output``: ``eval_results.json``,
+    ``eval_results.md``, ``predictions.tsv`` (``source<TAB>prediction``) and the model's card carrying the scores
+    in its ``model-index`` (``README.md``), all or nothing."""
+    from hf_plm_ext.hub.cards import render_card
+
+    pairs = read_spelling_pairs(test_file)
+    corrector = SpellingCorrector.from_pretrained(model_path, batch_size=batch_size, max_length=max_length)
+    split, predictions = score_split(corrector, "test", test_file, pairs, progress=True)
+    results = {"benchmark": BENCHMARK, "task": Path(test_file).parent.name or Path(test_file).stem,
+               "task_type": TASK_TYPE, "model": str(model_path), "results": [split]}
+    with staged_output(output) as staging:
+        write_results(staging, results)
+        (staging / "predictions.tsv").write_text("".join(f"{s}\t{p}\n" for s, p in zip(pairs["source"], predictions)),
+                                                 encoding="utf-8")
+        render_card(model_path, eval_results=results).save(staging / "README.md")
+    return results
+
+
+__all__ = ["CSCFinetuneArguments", "SpellingCorrector", "evaluate_csc", "finetune_csc", "spelling_correction_model"]
