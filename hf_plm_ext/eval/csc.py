@@ -99,7 +99,8 @@ def training_pairs(args: CSCFinetuneArguments, tokenizer, seed: int):
                                                same_sound_probability=args.same_sound_probability)
         except ValueError as err:
             raise UserInputError(f"--clean_fraction / --same_sound_probability: {err}") from None
-        pairs, source = build_spelling_pairs(sentences, generator, seed), f"misspelt sentences of {args.corpus}"
+        source = "misspelt sentences of " + ", ".join(Path(f).name for f in args.corpus)
+        pairs = build_spelling_pairs(sentences, generator, seed)
     else:
         pairs, source = read_spelling_pairs(args.train_file), args.train_file
     if args.validation_file:

@@ -185,7 +185,7 @@ def distillation_rows(distilled: dict) -> dict:
 def fine_tuned_on(evaluated: dict) -> str:
     if evaluated["benchmark"] == "csc":
         return (f"a Chinese spelling-correction model (MacBERT4CSC: a correction and a detection head) fine-tuned on "
-                f"{evaluated['num_train_examples']} pairs ({evaluated['train_data']})")
+                f"{evaluated['num_train_examples']:,} pairs ({evaluated['train_data']})")
     return (f"fine-tuned on {evaluated['benchmark'].upper()} {evaluated['task'].upper()} "
             f"({evaluated['num_train_examples']} training examples)")
 
