@@ -1,4 +1,5 @@
-"""Real check of TinyBERT distillation (issue 23, item 6) with the packaged all-MiniLM-L6-v2 as the teacher.
+"""Real check of TinyBERT distillation (issue 23, item 6) with the packaged all-MiniLM-L6-v2 as the teacher
+(and, for CLUE TNEWS, a Chinese MacBERT pre-trained by this package, ``--chinese-base DIR``).
 
 Per task (SST-2, MRPC): the teacher is MiniLM fine-tuned by the runner; students of 2 and 3 layers made of the
 teacher's own layers (``--student-layers uniform:M``) go through both stages (intermediate, then prediction),
@@ -24,16 +25,18 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("HF_PLM_EXT_SHARED_DATA", ROOT.parent / "shared" / "data")) / "glue"
+DATA = Path(os.environ.get("HF_PLM_EXT_SHARED_DATA", ROOT.parent / "shared" / "data"))
 RESULTS = ROOT / "benchmarks" / "results"
 CLI = [str(Path(sys.executable).with_name("hf-plm-ext"))]
-TASKS = {  # folder, metric, data settings, teacher epochs (those of benchmarks/adapters_glue.py's full fine-tuning)
-    "sst2": ("SST-2", "accuracy", ["--max_train_samples", "10000"], "1"),
-    "mrpc": ("MRPC", "f1", [], "3"),
+TASKS = {  # benchmark, folder, metric, data settings, teacher epochs and learning rate (GLUE: those of
+    # benchmarks/adapters_glue.py's full fine-tuning; TNEWS: those of benchmarks/macbert_small_scale.py)
+    "sst2": ("glue", "SST-2", "accuracy", ["--max_train_samples", "10000"], "1", "5e-5"),
+    "mrpc": ("glue", "MRPC", "f1", [], "3", "5e-5"),
+    "tnews": ("clue", "tnews", "accuracy", [], "3", "1e-4"),
 }
 COMMON = ["--per_device_train_batch_size", "32", "--max_seq_length", "128", "--disable_tqdm", "true",
           "--logging_steps", "100", "--report_to", "none", "--seed", "42"]
-TEACHER = ["--learning_rate", "5e-5", "--warmup_steps", "0.06", "--weight_decay", "0.01"]
+TEACHER = ["--warmup_steps", "0.06", "--weight_decay", "0.01"]
 SMOKE = []
 
 
@@ -59,8 +62,9 @@ def inference_seconds(model_dir, task, repeats=3) -> float:
     from hf_plm_ext.eval.readers import read_examples
     from hf_plm_ext.eval.tasks import get_task
 
-    folder = TASKS[task][0]
-    dev = read_examples(get_task("glue", task), DATA / folder / "dev.tsv").to_dict()
+    benchmark, folder = TASKS[task][:2]
+    definition = get_task(benchmark, task)
+    dev = read_examples(definition, DATA / benchmark / folder / definition.validation_files["dev"]).to_dict()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
     texts = [dev["text_a"]] + ([dev["text_b"]] if "text_b" in dev else [])
@@ -85,9 +89,13 @@ def main():
     parser.add_argument("--prediction-epochs", default="3")
     parser.add_argument("--augmented-epochs", default="1", help="both stages' epochs in the augmented arm "
                         "(its data is 1 + --augment times larger)")
+    parser.add_argument("--results-only", action="store_true", help="train nothing: time and report the runs "
+                        "of the work folder (every student found there)")
     parser.add_argument("--no-results", action="store_true", help="only train (the inference timing needs "
                         "the machine to itself: run again without this flag, when nothing else runs)")
     parser.add_argument("--work", default="/tmp/distill-glue")
+    parser.add_argument("--chinese-base", help="TNEWS: the Chinese checkpoint its teacher is fine-tuned from (e.g. "
+                        "benchmarks/csc_sighan15.py's pretrained-correction)")
     parser.add_argument("--smoke", type=int, help="every run this many steps (results not written)")
     args = parser.parse_args()
     if args.smoke:
@@ -99,19 +107,22 @@ def main():
     log_file = work / "commands.json"
     log = json.loads(log_file.read_text()) if log_file.is_file() else {}
     results = {}
-    for task in args.tasks:
-        folder, metric, settings, teacher_epochs = TASKS[task]
-        data = ["--data-dir", str(DATA / folder), *settings]
+    for task in [] if args.results_only else args.tasks:
+        benchmark, folder, metric, settings, teacher_epochs, teacher_lr = TASKS[task]
+        data = ["--data-dir", str(DATA / benchmark / folder), *settings]
         teacher = work / f"{task}-teacher"
-        run(["finetune", "glue", "--task", task, "--model", minilm, "--output", str(teacher), *data, *COMMON,
-             *TEACHER, "--num_train_epochs", teacher_epochs, *SMOKE], log, teacher)
+        base = minilm if benchmark == "glue" else args.chinese_base
+        if base is None:
+            parser.error(f"{task} needs --chinese-base")
+        run(["finetune", benchmark, "--task", task, "--model", base, "--output", str(teacher), *data, *COMMON,
+             *TEACHER, "--learning_rate", teacher_lr, "--num_train_epochs", teacher_epochs, *SMOKE], log, teacher)
         log_file.write_text(json.dumps(log, indent=2) + "\n")
         for depth in args.depths:
-            for augment in (0, args.augment):
+            for augment in sorted({0, args.augment}):
                 student = work / f"{task}-student{depth}-augment{augment}"
                 epochs = (args.augmented_epochs,) * 2 if augment else (args.intermediate_epochs,
                                                                        args.prediction_epochs)
-                run(["distill", "task", "--teacher", str(teacher), "--task", f"glue/{task}", "--student-layers",
+                run(["distill", "task", "--teacher", str(teacher), "--task", f"{benchmark}/{task}", "--student-layers",
                      f"uniform:{depth}", "--output", str(student), *data, *COMMON, "--num_train_epochs",
                      epochs[0], "--prediction_epochs", epochs[1],
                      *(["--augment", str(augment)] if augment else []), *SMOKE], log, student)
@@ -119,15 +130,20 @@ def main():
     if args.no_results:
         return
     for task in args.tasks:
-        folder, metric, settings, _ = TASKS[task]
+        metric = TASKS[task][2]
         teacher = work / f"{task}-teacher"
+        if not (teacher / "eval_results.json").is_file():
+            continue
         teacher_record = json.loads((teacher / "eval_results.json").read_text())
+        teacher_config = json.loads((teacher / "config.json").read_text())
         teacher_score = teacher_record["results"][0]["metrics"][metric]
         teacher_seconds = inference_seconds(teacher, task)
         rows = []
         for depth in args.depths:
-            for augment in (0, args.augment):
+            for augment in sorted({0, args.augment}):
                 student = work / f"{task}-student{depth}-augment{augment}"
+                if not (student / "eval_results.json").is_file():
+                    continue
                 record = json.loads((student / "eval_results.json").read_text())
                 score = record["results"][0]["metrics"][metric]
                 seconds = inference_seconds(student, task)
@@ -137,13 +153,15 @@ def main():
                              "speed_up": teacher_seconds / seconds})
         results[task] = {"metric": metric, "teacher": {"metrics": teacher_record["results"][0]["metrics"],
                                                        "parameters": teacher_record["parameters"]["total"],
-                                                       "inference_seconds": teacher_seconds},
+                                                       "inference_seconds": teacher_seconds,
+                                                       "layers": teacher_config["num_hidden_layers"],
+                                                       "model_type": teacher_config["model_type"]},
                          "students": rows}
     lines = ["| task | model | layers | augmented | train examples | dev score | of the teacher | parameters | "
              "dev inference | speed-up |", "|---|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     for task, result in results.items():
         teacher = result["teacher"]
-        lines.append(f"| {task} | teacher (MiniLM fine-tuned) | 6 | no | | "
+        lines.append(f"| {task} | teacher ({teacher['model_type']}, fine-tuned) | {teacher['layers']} | no | | "
                      f"{100 * teacher['metrics'][result['metric']]:.2f} | 100 % | {teacher['parameters']:,} | "
                      f"{teacher['inference_seconds']:.2f} s | 1.00x |")
         for row in result["students"]:
