@@ -53,7 +53,8 @@ def template_for(model_type: str) -> str:
 def eval_results_of(results: dict) -> list[EvalResult]:
     """``model-index`` entries from an ``eval_results.json`` written by the GLUE/CLUE runner (or the CSC one)."""
     benchmark, task = results["benchmark"], results["task"]
-    return [EvalResult(task_type=results.get("task_type", "text-classification"), dataset_type=benchmark, dataset_name=f"{benchmark.upper()} "
+    return [EvalResult(task_type=results.get("task_type", "text-classification"), dataset_type=benchmark,
+                       dataset_name=f"{benchmark.upper()} "
                        f"{task.upper()}", dataset_config=task, dataset_split=split["split"], metric_type=name,
                        metric_value=round(float(value), 4))
             for split in results["results"] for name, value in split["metrics"].items()]
@@ -209,14 +210,13 @@ def render_adapter_card(checkpoint: Path, repo_id=None, language=None, license=N
     method, citation = PEFT_METHODS.get(peft_type, (f"trains the parameters that PEFT's `{peft_type}` method adds.",
                                                     None))
     evaluated = _optional(checkpoint / "eval_results.json")
-    scored = eval_results or evaluated
     training_args = _optional(checkpoint / "training_args.json") or {}
     name = repo_id.split("/")[-1] if repo_id else checkpoint.name
     card_data = ModelCardData(
         model_name=name, library_name="peft", pipeline_tag=pipeline_tag, language=language, license=license,
         base_model=base if base and not is_local_path(base) else None, datasets=datasets,
         tags=["hf-plm-ext", "peft", peft_type.lower(), "adapter"],
-        eval_results=eval_results_of(scored) if scored else None,
+        eval_results=eval_results_of(evaluated) if evaluated else None,
     )
     weight_names = list(weight_shapes(checkpoint / "adapter_model.safetensors"))
     # PEFT lists every usual head name (classifier, score); keep those this model has
@@ -233,8 +233,7 @@ def render_adapter_card(checkpoint: Path, repo_id=None, language=None, license=N
                     if (v := adapter.get(k)) not in (None, [], {})},
                  **({"modules_to_save": _show(saved_modules)} if saved_modules else {})},
         training={k: _show(training_args[k]) for k in TRAINING_FIELDS if training_args.get(k) not in (None, -1)},
-        results_table=results_table([scored]) if scored else "",
-        spelling_correction=architecture.endswith("ForSpellingCorrection"),
+        results_table=results_table([evaluated]) if evaluated else "",
     )
     return ModelCard(re.sub(r"\n{3,}", "\n\n", str(card)))
 
