@@ -110,14 +110,10 @@ def test_generated_pairs_keep_length_change_only_confusable_characters_at_sighan
     clean = changes[0] / len(pairs)
     assert abs(clean - generator.clean_fraction) < 0.04, clean
     assert changes[1] > 3 * changes[2] > 0 and changes[3] > 0
-    assert target_is_the_sentence(pairs, sentences)
+    assert list(pairs["target"]) == list(sentences)
     # seeded per example: the same pairs whatever the batching
     assert build_spelling_pairs(sentences, generator, seed=3, batch_size=17)["source"] == pairs["source"]
     assert build_spelling_pairs(sentences, generator, seed=4)["source"] != pairs["source"]
-
-
-def target_is_the_sentence(pairs, sentences) -> bool:
-    return list(pairs["target"]) == list(sentences)
 
 
 def test_generator_settings_are_checked(confusion):

@@ -234,9 +234,9 @@ def encode_spelling_pairs(pairs: Dataset, tokenizer, max_seq_length: int = 128) 
     def encode(batch, indices):
         sources = tokenizer(batch["source"], truncation=True, max_length=max_seq_length)
         targets = tokenizer(batch["target"], truncation=True, max_length=max_seq_length)["input_ids"]
-        for index, source_ids, target_ids in zip(indices, sources["input_ids"], targets):
+        for index, source, source_ids, target_ids in zip(indices, batch["source"], sources["input_ids"], targets):
             if len(source_ids) != len(target_ids):
-                raise UserInputError(f"pair {index + 1} ({batch['source'][indices.index(index)]!r}): source and "
+                raise UserInputError(f"pair {index + 1} ({source!r}): source and "
                                      "target tokenise to different lengths; they may differ only in Chinese "
                                      "characters, one for one")
         return {**sources, "labels": targets}

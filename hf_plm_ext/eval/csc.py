@@ -174,9 +174,8 @@ class SpellingCorrector:
                               model.config.max_position_embeddings)
         self.device = torch.device(device) if device else next(model.parameters()).device
         self.model.to(self.device)
-        vocabulary = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-        self._is_chinese_token = torch.tensor([len(t) == 1 and is_chinese_character(t) for t in vocabulary])
-        self._vocabulary = vocabulary
+        self._vocabulary = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+        self._is_chinese_token = [len(t) == 1 and is_chinese_character(t) for t in self._vocabulary]
 
     @classmethod
     def from_pretrained(cls, path: str, **kwargs) -> "SpellingCorrector":
