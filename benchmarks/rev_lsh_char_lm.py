@@ -61,7 +61,7 @@ def train(kind, num_hashes, data, args):
                           local_attn_chunk_length=args.chunk, max_position_embeddings=args.context, is_decoder=True,
                           hidden_dropout_prob=0.0, lsh_attention_probs_dropout_prob=0.0,
                           local_attention_probs_dropout_prob=0.0, full_attention_probs_dropout_prob=0.0,
-                          pad_token_id=None, eos_token_id=None)
+                          position_embedding_type=args.positions, pad_token_id=None, eos_token_id=None)
     model = RevLSHForCausalLM(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / args.warmup))
@@ -100,6 +100,8 @@ def main():
     parser.add_argument("--log-every", type=int, default=50)
     parser.add_argument("--eval-windows", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--positions", default="rotary", choices=["absolute", "rotary"],
+                        help="learned absolute positions stayed on the bigram plateau at 4,096 (README)")
     parser.add_argument("--only", nargs="+", help="variants to run, e.g. lsh1 local full")
     args = parser.parse_args()
     data = read_books(args.books)

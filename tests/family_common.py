@@ -44,6 +44,10 @@ def tiny_rev_lsh_plain(**overrides):
     return tiny_rev_lsh(**{**dict(reversible=False), **overrides})
 
 
+def tiny_rev_lsh_rotary(**overrides):
+    return tiny_rev_lsh(**{**dict(position_embedding_type="rotary"), **overrides})
+
+
 def tiny_k_adapter(**overrides):
     """Two adapters over a 3-layer BERT, concatenated; the backbone saved within (no path)."""
     backbone = dict(model_type="bert", vocab_size=VOCAB, hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
@@ -61,6 +65,7 @@ TINY_CONFIGS = {
     "transfo-xl-adaptive": tiny_transfo_xl_adaptive,
     "rev-lsh": tiny_rev_lsh,
     "rev-lsh-plain": tiny_rev_lsh_plain,
+    "rev-lsh-rotary": tiny_rev_lsh_rotary,
     "k-adapter": tiny_k_adapter,
 }
 

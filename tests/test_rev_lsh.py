@@ -6,7 +6,7 @@ import torch
 from huggingface_hub.errors import StrictDataclassError
 
 from hf_plm_ext import RevLSHConfig, RevLSHForCausalLM, RevLSHForMaskedLM, RevLSHModel
-from hf_plm_ext.modeling.rev_lsh import FullSelfAttention, LocalSelfAttention, LSHSelfAttention
+from hf_plm_ext.modeling.rev_lsh import FullSelfAttention, LocalSelfAttention, LSHSelfAttention, rotate_by_position
 
 from family_common import tiny_rev_lsh
 
@@ -23,12 +23,14 @@ def layer(kind, causal=False, **overrides):
     return FullSelfAttention(**shared, **overrides)
 
 
-def test_reversible_gradients_equal_those_of_the_same_weights_without_the_reversible_function():
+@pytest.mark.parametrize("positions", ["absolute", "rotary"])
+def test_reversible_gradients_equal_those_of_the_same_weights_without_the_reversible_function(positions):
     """float64, dropout on everywhere (replayed in backward), every layer kind, two hash rounds, padding inside."""
     torch.manual_seed(0)
     dropout = dict(hidden_dropout_prob=0.1, lsh_attention_probs_dropout_prob=0.1,
                    local_attention_probs_dropout_prob=0.1, full_attention_probs_dropout_prob=0.1)
-    settings = dict(attn_layers=["local", "lsh", "full", "lsh"], hash_seed=None, **dropout)
+    settings = dict(attn_layers=["local", "lsh", "full", "lsh"], hash_seed=None, position_embedding_type=positions,
+                    **dropout)
     reversible = RevLSHForMaskedLM(tiny_rev_lsh(**settings)).double().train()
     plain = RevLSHForMaskedLM(tiny_rev_lsh(**settings, reversible=False)).double().train()
     plain.load_state_dict(reversible.state_dict())
@@ -86,10 +88,11 @@ def test_lsh_attention_approaches_full_attention_as_hash_rounds_grow():
     assert errors == sorted(errors, reverse=True) and errors[-1] < errors[0] / 3, errors  # seen: 0.017 -> 0.0028
 
 
+@pytest.mark.parametrize("rotary_base", [None, 10000.0])
 @pytest.mark.parametrize("kind", KINDS)
-def test_causal_attention_never_reads_a_later_position(kind):
+def test_causal_attention_never_reads_a_later_position(kind, rotary_base):
     torch.manual_seed(0)
-    attention = layer(kind, causal=True).eval()
+    attention = layer(kind, causal=True, rotary_base=rotary_base).eval()
     hidden = torch.randn(1, 40, 32, requires_grad=True)
     out = attention(hidden)[0]
     for position in (0, 13, 39):
@@ -187,9 +190,11 @@ def step_by_step(model, ids, prompt_length, attention_mask=None):
     return torch.stack(decoded, 1), torch.stack(recomputed, 1)
 
 
-def test_decoding_from_the_cache_equals_recomputing_for_full_and_local_layers_and_a_padded_prompt():
+@pytest.mark.parametrize("positions", ["absolute", "rotary"])
+def test_decoding_from_the_cache_equals_recomputing_for_full_and_local_layers_and_a_padded_prompt(positions):
     torch.manual_seed(0)
-    model = RevLSHForCausalLM(tiny_rev_lsh(attn_layers=["local", "full", "local"])).eval()
+    model = RevLSHForCausalLM(tiny_rev_lsh(attn_layers=["local", "full", "local"],
+                                           position_embedding_type=positions)).eval()
     ids = torch.randint(5, 99, (2, 23))
     mask = torch.ones(2, 23, dtype=torch.long)
     mask[1, :3] = 0  # left padding, as a batched prompt has
@@ -201,12 +206,13 @@ def test_decoding_from_the_cache_equals_recomputing_for_full_and_local_layers_an
     torch.testing.assert_close(together, model(ids[:, :12], use_cache=False).logits[:, 5:], atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("num_hashes", [1, 3])
-def test_an_lsh_layer_decodes_what_the_last_position_of_a_recompute_gives(num_hashes):
+@pytest.mark.parametrize("num_hashes,positions", [(1, "absolute"), (3, "absolute"), (3, "rotary")])
+def test_an_lsh_layer_decodes_what_the_last_position_of_a_recompute_gives(num_hashes, positions):
     """One LSH layer (fixed rotations and bucket count): each decoded token equals the recompute's last position,
     through the sorted chunks, their look-back across rounds and the round combination."""
     torch.manual_seed(0)
-    model = RevLSHForCausalLM(tiny_rev_lsh(attn_layers=["lsh"], num_buckets=4, num_hashes=num_hashes)).eval()
+    model = RevLSHForCausalLM(tiny_rev_lsh(attn_layers=["lsh"], num_buckets=4, num_hashes=num_hashes,
+                                           position_embedding_type=positions)).eval()
     ids = torch.randint(5, 99, (2, 30))
     decoded, recomputed = step_by_step(model, ids, 2)
     torch.testing.assert_close(decoded, recomputed, atol=1e-5, rtol=1e-4)
@@ -249,6 +255,8 @@ def test_bf16_autocast_and_fp16_masks_stay_finite():
     (dict(local_attn_chunk_length=100, max_position_embeddings=64), "local_attn_chunk_length"),
     (dict(attn_layers=["lsh", "sparse"]), "attn_layers"),
     (dict(position_embedding_type="axial", axial_pos_embds_dim=[8, 8]), "axial_pos_embds_dim"),
+    (dict(position_embedding_type="rotary", attention_head_size=15), "attention_head_size"),
+    (dict(position_embedding_type="relative"), "position_embedding_type"),
 ])
 def test_a_bad_config_names_the_field(overrides, field):
     with pytest.raises((ValueError, StrictDataclassError), match=field):
@@ -261,6 +269,32 @@ def test_a_padding_mask_of_the_wrong_shape_is_refused():
         model(torch.randint(5, 99, (2, 9)), attention_mask=torch.ones(2, 8))
     with pytest.raises(ValueError, match="max_position_embeddings"):
         model(torch.randint(5, 99, (1, 65)))
+
+
+def test_rotary_scores_depend_on_content_and_distance_alone():
+    torch.manual_seed(0)
+    query, key = torch.randn(2, 1, 1, 1, 16).unbind(0)
+    at = lambda x, position: rotate_by_position(x, torch.tensor([position]), 10000.0)  # noqa: E731
+    scores = [(at(query, start + 5) * at(key, start)).sum() for start in (0, 7, 300)]
+    torch.testing.assert_close(scores[1], scores[0])
+    torch.testing.assert_close(scores[2], scores[0])
+    assert not torch.allclose((at(query, 6) * at(key, 0)).sum(), scores[0])  # another distance, another score
+    torch.testing.assert_close(at(query, 9).norm(), query.norm())  # a rotation: LSH's unit keys stay unit
+
+
+def test_a_rotary_model_has_no_position_weights_takes_any_length_and_refuses_position_ids():
+    torch.manual_seed(0)
+    config = tiny_rev_lsh(position_embedding_type="rotary")
+    model = RevLSHForMaskedLM(config).eval()
+    assert not [name for name in model.state_dict() if "position" in name]
+    ids = torch.randint(5, 99, (1, 2 * config.max_position_embeddings + 3))  # beyond any table
+    with torch.no_grad():
+        assert model(ids).logits.shape == (1, ids.shape[1], config.vocab_size)
+        # a bidirectional rotary stack sees order: a shuffled input changes the first token's output
+        shuffled = ids[:, torch.cat([torch.tensor([0]), 1 + torch.randperm(ids.shape[1] - 1)])]
+        assert not torch.allclose(model(shuffled).logits[:, 0], model(ids).logits[:, 0], atol=1e-4)
+    with pytest.raises(ValueError, match="position_ids"):
+        model(ids[:, :8], position_ids=torch.arange(8)[None])
 
 
 def test_axial_positions_give_any_length_and_follow_the_factorisation():

@@ -1,4 +1,4 @@
-from .attention_rev_lsh import FullSelfAttention, LocalSelfAttention, LSHSelfAttention
+from .attention_rev_lsh import FullSelfAttention, LocalSelfAttention, LSHSelfAttention, rotate_by_position
 from .configuration_rev_lsh import RevLSHConfig
 from .modeling_rev_lsh import (
     ReversibleFunction,
@@ -14,4 +14,5 @@ from .modeling_rev_lsh import (
 
 __all__ = ["RevLSHConfig", "RevLSHModel", "RevLSHForMaskedLM", "RevLSHForCausalLM", "RevLSHForSequenceClassification",
            "RevLSHPreTrainedModel", "RevLSHModelOutput", "RevLSHCausalLMOutput", "RevLSHCache",
-           "LSHSelfAttention", "LocalSelfAttention", "FullSelfAttention", "ReversibleFunction"]
+           "LSHSelfAttention", "LocalSelfAttention", "FullSelfAttention", "ReversibleFunction",
+           "rotate_by_position"]

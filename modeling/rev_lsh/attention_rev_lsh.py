@@ -9,7 +9,8 @@ same outputs: LSH attention shares one projection for queries and keys, normalis
 fresh random rotation per round (``argmax([xR; -xR])``), sorts by (round, bucket, position), attends within
 chunks and ``chunks_before`` / ``chunks_after`` neighbours (circularly, as the reference does), forbids a token
 to attend to itself unless nothing else is left, and combines the rounds by their log-sum-exp. Local attention
-is the same chunking by position with separate query / key / value projections.
+is the same chunking by position with separate query / key / value projections. Given a ``rotary_base``, each
+layer rotates its queries and keys by their positions (:func:`rotate_by_position`); LSH hashes the rotated ones.
 
 Causal layers also decode one token at a time from a cache (a dict per layer that the first call fills; see
 ``RevLSHCache``): the new token attends exactly as it would as the last position of a call over the whole
@@ -89,11 +90,29 @@ def neighbour_slots(query_slots, chunk_length, num_chunks, before, after):
     return (chunks.unsqueeze(-1) * chunk_length + torch.arange(chunk_length, device=query_slots.device)).flatten(-2)
 
 
+def cached_length(cache):
+    """The position of the token that follows the cached ones, as a ``[1]`` tensor."""
+    return torch.tensor([cache["keys"].shape[2]], device=cache["keys"].device)
+
+
 def extend_cache(cache, **new):
     """Append each ``[batch, heads, new, ...]`` tensor to the cached one along the sequence (dim 2)."""
     for name, tensor in new.items():
         cache[name] = torch.cat([cache[name], tensor], dim=2)
     return [cache[name] for name in new]
+
+
+def rotate_by_position(x, positions, base):
+    """Rotary position embedding (Su et al., 2021; GPT-NeoX's half-split layout): ``x`` ``[batch, heads, seq, d]``
+    rotated by ``positions`` ``[seq]`` (long), so that a rotated query and key score by their content and their
+    distance alone. ``base`` None: ``x`` unchanged (the model adds positions to the embeddings instead)."""
+    if base is None:
+        return x
+    frequencies = base ** (-torch.arange(0, x.shape[-1], 2, device=x.device, dtype=torch.float32) / x.shape[-1])
+    angles = positions.to(torch.float32)[:, None] * frequencies
+    angles = torch.cat([angles, angles], dim=-1)
+    first, second = x.chunk(2, dim=-1)
+    return x * angles.cos().to(x.dtype) + torch.cat([-second, first], dim=-1) * angles.sin().to(x.dtype)
 
 
 def check_attention_mask(attention_mask, hidden_states):
@@ -152,11 +171,14 @@ class LSHSelfAttention(nn.Module):
         hash_seed: rotations drawn from this seed on every call (the same buckets each time; for evaluation and
             converted checkpoints); None: fresh rotations each call from torch's RNG.
         max_position_embeddings: bounds the automatic bucket count, as in transformers.
+        rotary_base: rotary positions on the shared queries / keys (:func:`rotate_by_position`; hashed after the
+            rotation, so that the buckets group what the scores compare); None: none (positions come from the
+            embeddings).
     """
 
     def __init__(self, hidden_size, num_heads, head_size, chunk_length=64, num_hashes=1, num_buckets=None,
                  chunks_before=1, chunks_after=0, causal=False, dropout=0.0, hash_seed=None,
-                 max_position_embeddings=4096):
+                 max_position_embeddings=4096, rotary_base=None):
         super().__init__()
         for factor in [num_buckets] if isinstance(num_buckets, int) else (num_buckets or []):
             if factor < 2 or factor % 2:
@@ -166,7 +188,7 @@ class LSHSelfAttention(nn.Module):
         self.num_heads, self.head_size, self.chunk_length = num_heads, head_size, chunk_length
         self.num_hashes, self.num_buckets, self.hash_seed = num_hashes, num_buckets, hash_seed
         self.chunks_before, self.chunks_after, self.causal, self.dropout = chunks_before, chunks_after, causal, dropout
-        self.max_position_embeddings = max_position_embeddings
+        self.max_position_embeddings, self.rotary_base = max_position_embeddings, rotary_base
         self.query_key = nn.Linear(hidden_size, num_heads * head_size, bias=False)
         self.value = nn.Linear(hidden_size, num_heads * head_size, bias=False)
 
@@ -187,10 +209,11 @@ class LSHSelfAttention(nn.Module):
         length = hidden_states.shape[1]
         if length > self.chunk_length:
             hidden_states, attention_mask, length = pad_to_multiple(hidden_states, attention_mask, self.chunk_length)
-        query_keys = split_heads(self.query_key(hidden_states), self.num_heads)
+        seq = hidden_states.shape[1]
+        query_keys = rotate_by_position(split_heads(self.query_key(hidden_states), self.num_heads),
+                                        torch.arange(seq, device=hidden_states.device), self.rotary_base)
         values = split_heads(self.value(hidden_states), self.num_heads)
         key_mask = None if attention_mask is None else attention_mask.bool()[:, None, :]
-        seq = hidden_states.shape[1]
         if seq <= self.chunk_length:
             if cache is not None:  # rotations for the longer sequence decoding makes: a two-chunk one's
                 rotations = self.rotations(2 * self.chunk_length, num_hashes, query_keys)
@@ -222,7 +245,8 @@ class LSHSelfAttention(nn.Module):
         """One new token ``[batch, 1, hidden]`` after the cached ones: ``[batch, 1, heads * head_size]``, what the
         last position of a call over the whole (causal) sequence gives with the cached rotations. The bucket count
         stays the one of the first call (a whole-sequence call may choose another for the longer length)."""
-        query_key = split_heads(self.query_key(hidden_states), self.num_heads)
+        query_key = rotate_by_position(split_heads(self.query_key(hidden_states), self.num_heads),
+                                       cached_length(cache), self.rotary_base)
         new_buckets, total = self.raw_buckets(query_key, cache["rotations"], cache["factors"])
         keys, values, buckets = extend_cache(cache, keys=normalized_keys(query_key),
                                              values=split_heads(self.value(hidden_states), self.num_heads),
@@ -335,16 +359,17 @@ class LocalSelfAttention(nn.Module):
     """Attention within chunks of consecutive positions and their ``chunks_before`` / ``chunks_after``
     neighbours (separate query, key and value projections). A sequence no longer than a chunk attends fully.
 
-    Args as :class:`LSHSelfAttention`'s.
+    Args as :class:`LSHSelfAttention`'s (``rotary_base``: on the queries and keys).
     """
 
     def __init__(self, hidden_size, num_heads, head_size, chunk_length=64, chunks_before=1, chunks_after=0,
-                 causal=False, dropout=0.0):
+                 causal=False, dropout=0.0, rotary_base=None):
         super().__init__()
         if chunk_length < 1:
             raise ValueError(f"local chunk_length must be at least 1, got {chunk_length}")
         self.num_heads, self.head_size, self.chunk_length = num_heads, head_size, chunk_length
         self.chunks_before, self.chunks_after, self.causal, self.dropout = chunks_before, chunks_after, causal, dropout
+        self.rotary_base = rotary_base
         self.query = nn.Linear(hidden_size, num_heads * head_size, bias=False)
         self.key = nn.Linear(hidden_size, num_heads * head_size, bias=False)
         self.value = nn.Linear(hidden_size, num_heads * head_size, bias=False)
@@ -359,11 +384,11 @@ class LocalSelfAttention(nn.Module):
         length = hidden_states.shape[1]
         if length > self.chunk_length:
             hidden_states, attention_mask, length = pad_to_multiple(hidden_states, attention_mask, self.chunk_length)
-        queries, keys, values = self._project(hidden_states)
-        if cache is not None:
-            cache.update(keys=keys[:, :, :length], values=values[:, :, :length])
         seq = hidden_states.shape[1]
         positions = torch.arange(seq, device=hidden_states.device)
+        queries, keys, values = self._project(hidden_states, positions)
+        if cache is not None:
+            cache.update(keys=keys[:, :, :length], values=values[:, :, :length])
         key_mask = None if attention_mask is None else attention_mask.bool()[:, None, :]
         if seq > self.chunk_length:
             adjacent = lambda x: look_adjacent(into_chunks(x, self.chunk_length), self.chunks_before,  # noqa: E731
@@ -382,16 +407,17 @@ class LocalSelfAttention(nn.Module):
                                    self.training, mask_self=False)
         return merge_heads(out)[:, :length], None, probs if output_attentions else None
 
-    def _project(self, hidden_states):
-        """``(queries, keys / sqrt(head_size), values)``, each ``[batch, heads, seq, head_size]``."""
-        return (split_heads(self.query(hidden_states), self.num_heads),
-                split_heads(self.key(hidden_states), self.num_heads) / math.sqrt(self.head_size),
+    def _project(self, hidden_states, positions):
+        """``(queries, keys / sqrt(head_size), values)``, each ``[batch, heads, seq, head_size]``, the queries and
+        keys rotated by ``positions`` ``[seq]`` when the layer has rotary positions."""
+        rotate = lambda x: rotate_by_position(split_heads(x, self.num_heads), positions, self.rotary_base)  # noqa: E731
+        return (rotate(self.query(hidden_states)), rotate(self.key(hidden_states)) / math.sqrt(self.head_size),
                 split_heads(self.value(hidden_states), self.num_heads))
 
     def decode(self, hidden_states, attention_mask, cache, padded_length=None):
         """One new token ``[batch, 1, hidden]`` after the cached ones: ``[batch, 1, heads * head_size]``, exactly
         the last position of a call over the whole (causal) sequence."""
-        query, key, value = self._project(hidden_states)
+        query, key, value = self._project(hidden_states, cached_length(cache))
         keys, values = extend_cache(cache, keys=key, values=value)
         seq = keys.shape[2]
         padded = padded_length or chunk_padded_length(seq, self.chunk_length)
@@ -411,9 +437,10 @@ class FullSelfAttention(nn.Module):
     """Plain multi-head attention through ``scaled_dot_product_attention`` (the flash / memory-efficient kernels
     where they apply). Args as :class:`LocalSelfAttention`'s, without chunks."""
 
-    def __init__(self, hidden_size, num_heads, head_size, causal=False, dropout=0.0):
+    def __init__(self, hidden_size, num_heads, head_size, causal=False, dropout=0.0, rotary_base=None):
         super().__init__()
         self.num_heads, self.head_size, self.causal, self.dropout = num_heads, head_size, causal, dropout
+        self.rotary_base = rotary_base
         self.query = nn.Linear(hidden_size, num_heads * head_size, bias=False)
         self.key = nn.Linear(hidden_size, num_heads * head_size, bias=False)
         self.value = nn.Linear(hidden_size, num_heads * head_size, bias=False)
@@ -425,8 +452,8 @@ class FullSelfAttention(nn.Module):
         if cache:
             return self.decode(hidden_states, attention_mask, cache), None, None
         check_attention_mask(attention_mask, hidden_states)
-        queries, keys, values = (split_heads(projection(hidden_states), self.num_heads)
-                                 for projection in (self.query, self.key, self.value))
+        queries, keys, values = self._project(hidden_states,
+                                              torch.arange(hidden_states.shape[1], device=hidden_states.device))
         if cache is not None:
             cache.update(keys=keys, values=values)
         mask = None
@@ -448,10 +475,16 @@ class FullSelfAttention(nn.Module):
             is_causal=self.causal and mask is None)
         return merge_heads(out), None, None
 
+    def _project(self, hidden_states, positions):
+        """``(queries, keys, values)``, each ``[batch, heads, seq, head_size]``, the queries and keys rotated by
+        ``positions`` ``[seq]`` when the layer has rotary positions."""
+        rotate = lambda x: rotate_by_position(split_heads(x, self.num_heads), positions, self.rotary_base)  # noqa: E731
+        return (rotate(self.query(hidden_states)), rotate(self.key(hidden_states)),
+                split_heads(self.value(hidden_states), self.num_heads))
+
     def decode(self, hidden_states, attention_mask, cache, padded_length=None):
         """One new token ``[batch, 1, hidden]`` after the cached ones: ``[batch, 1, heads * head_size]``."""
-        query, key, value = (split_heads(projection(hidden_states), self.num_heads)
-                             for projection in (self.query, self.key, self.value))
+        query, key, value = self._project(hidden_states, cached_length(cache))
         keys, values = extend_cache(cache, keys=key, values=value)
         mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
         return merge_heads(nn.functional.scaled_dot_product_attention(query, keys, values, attn_mask=mask))

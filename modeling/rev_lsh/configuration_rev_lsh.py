@@ -1,8 +1,9 @@
 """Reversible LSH configuration: transformers' ``ReformerConfig`` field names wherever the meaning is the same.
 
 What differs: any input length trains and infers (padding to the chunk lengths happens inside); positions are
-learned absolute embeddings up to ``max_position_embeddings`` (``position_embedding_type="absolute"``), with
-transformers' axial embeddings (``"axial"``) kept for converted checkpoints; ``attn_layers`` may also name
+learned absolute embeddings up to ``max_position_embeddings`` (``position_embedding_type="absolute"``) or rotary
+ones on the queries and keys (``"rotary"``, as RoFormer's and ESM's configs name them), with transformers' axial
+embeddings (``"axial"``) kept for converted checkpoints; ``attn_layers`` may also name
 ``"full"`` (SDPA) layers; ``reversible=False`` runs the same layers as plain residual blocks (to compare).
 """
 
@@ -12,7 +13,7 @@ from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
 LAYER_KINDS = ("lsh", "local", "full")
-POSITION_EMBEDDING_TYPES = ("absolute", "axial")
+POSITION_EMBEDDING_TYPES = ("absolute", "rotary", "axial")
 
 SIZES = {
     "tiny": dict(hidden_size=32, num_attention_heads=2, attention_head_size=16, feed_forward_size=64,
@@ -43,10 +44,13 @@ class RevLSHConfig(PreTrainedConfig):
         lsh_attention_probs_dropout_prob, local_attention_probs_dropout_prob, full_attention_probs_dropout_prob,
             hidden_dropout_prob: dropout.
         is_decoder: causal attention (a language model).
-        max_position_embeddings: longest input (learned positions; the automatic bucket count is bounded by it).
-        position_embedding_type: ``"absolute"`` (learned) or ``"axial"`` (transformers' factorised positions,
-            for converted checkpoints: ``axial_pos_shape`` multiplies to at least ``max_position_embeddings``,
-            ``axial_pos_embds_dim`` sums to ``hidden_size``).
+        max_position_embeddings: longest input of learned positions (rotary ones have no such bound); the
+            automatic bucket count is bounded by it.
+        position_embedding_type: ``"absolute"`` (learned), ``"rotary"`` (each attention layer rotates its queries
+            and keys by their positions, base ``rotary_emb_base``; ``attention_head_size`` even; no position
+            weights, and a token's position is its index in the input) or ``"axial"`` (transformers' factorised
+            positions, for converted checkpoints: ``axial_pos_shape`` multiplies to at least
+            ``max_position_embeddings``, ``axial_pos_embds_dim`` sums to ``hidden_size``).
         reversible: run the layers as reversible blocks (activation memory flat in depth); False: plain residual
             blocks of the same weights.
         layer_norm_eps, initializer_range, axial_norm_std: as transformers'.
@@ -81,6 +85,7 @@ class RevLSHConfig(PreTrainedConfig):
     is_decoder: bool = False
     max_position_embeddings: int = 4096
     position_embedding_type: str = "absolute"
+    rotary_emb_base: float = 10000.0
     axial_pos_shape: list[int] | tuple[int, ...] = (64, 64)
     axial_pos_embds_dim: list[int] | tuple[int, ...] = (64, 192)
     axial_norm_std: float = 1.0
@@ -141,6 +146,9 @@ class RevLSHConfig(PreTrainedConfig):
         if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
             raise ValueError(f"RevLSHConfig.position_embedding_type must be one of {POSITION_EMBEDDING_TYPES}, got "
                              f"{self.position_embedding_type!r}")
+        if self.position_embedding_type == "rotary" and (self.attention_head_size % 2 or self.rotary_emb_base <= 1):
+            raise ValueError(f"RevLSHConfig: rotary positions need an even attention_head_size (got "
+                             f"{self.attention_head_size}) and rotary_emb_base > 1 (got {self.rotary_emb_base})")
         if self.position_embedding_type == "axial":
             if sum(self.axial_pos_embds_dim) != self.hidden_size:
                 raise ValueError(f"RevLSHConfig.axial_pos_embds_dim {self.axial_pos_embds_dim} must sum to "

@@ -125,13 +125,17 @@ class RevLSHEmbeddings(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.position_embeddings = (AxialPositionEmbeddings(config) if config.position_embedding_type == "axial"
-                                    else nn.Embedding(config.max_position_embeddings, config.hidden_size))
+        self.position_embeddings = {
+            "axial": lambda: AxialPositionEmbeddings(config), "rotary": lambda: None,  # rotary: in the attention
+            "absolute": lambda: nn.Embedding(config.max_position_embeddings, config.hidden_size),
+        }[config.position_embedding_type]()
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.max_position_embeddings = config.max_position_embeddings
 
     def forward(self, input_ids=None, position_ids=None, inputs_embeds=None):
         embeddings = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
+        if self.position_embeddings is None:
+            return self.dropout(embeddings)
         if position_ids is None:
             position_ids = torch.arange(embeddings.shape[1], device=embeddings.device).unsqueeze(0)
         if position_ids.shape[-1] > self.max_position_embeddings:
@@ -141,8 +145,9 @@ class RevLSHEmbeddings(nn.Module):
 
 
 def attention_layer(config, kind):
+    rotary_base = config.rotary_emb_base if config.position_embedding_type == "rotary" else None
     shared = dict(hidden_size=config.hidden_size, num_heads=config.num_attention_heads,
-                  head_size=config.attention_head_size, causal=config.is_decoder)
+                  head_size=config.attention_head_size, causal=config.is_decoder, rotary_base=rotary_base)
     if kind == "lsh":
         return LSHSelfAttention(**shared, chunk_length=config.lsh_attn_chunk_length, num_hashes=config.num_hashes,
                                 num_buckets=config.num_buckets, chunks_before=config.lsh_num_chunks_before,
@@ -374,7 +379,9 @@ class RevLSHModel(RevLSHPreTrainedModel):
                 **kwargs) -> RevLSHModelOutput:
         r"""
         Args:
-            input_ids: ``[batch, seq]``, any ``seq`` up to ``max_position_embeddings``.
+            input_ids: ``[batch, seq]``, any ``seq`` up to ``max_position_embeddings`` (rotary positions: any).
+            position_ids: ``[batch, seq]`` for learned positions (default: the index); rotary positions take the
+                index and refuse others.
             attention_mask: ``[batch, seq]``, 1 for tokens and 0 for padding (padding is never attended to); with a
                 ``cache``, over the cached tokens and the new ones (or the new ones alone).
             num_hashes: LSH rounds for this call (default: the config's).
@@ -391,6 +398,9 @@ class RevLSHModel(RevLSHPreTrainedModel):
         if (use_cache or cache is not None) and not self.config.is_decoder:
             raise ValueError("a generation cache is for causal stacks (config.is_decoder=True); this one is "
                              "bidirectional: every position depends on every other")
+        if position_ids is not None and self.config.position_embedding_type == "rotary":
+            raise ValueError("position_ids: with position_embedding_type='rotary' a token's position is its index in "
+                             "the input (the cache's length counted in); pass no position_ids")
         if cache is not None and cache.get_seq_length():
             return self._decode(input_ids, inputs_embeds, attention_mask, position_ids, cache, output_hidden_states)
         check_attention_mask(attention_mask, reference)  # here, before the padding to the chunks
