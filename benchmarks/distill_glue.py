@@ -106,6 +106,8 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     log_file = work / "commands.json"
     log = json.loads(log_file.read_text()) if log_file.is_file() else {}
+    previous = RESULTS / "distill_glue.json"  # tasks not scored in this run keep their earlier rows
+    previous = json.loads(previous.read_text()) if previous.is_file() else {"results": {}, "commands": []}
     results = {}
     for task in [] if args.results_only else args.tasks:
         benchmark, folder, metric, settings, teacher_epochs, teacher_lr = TASKS[task]
@@ -157,6 +159,7 @@ def main():
                                                        "layers": teacher_config["num_hidden_layers"],
                                                        "model_type": teacher_config["model_type"]},
                          "students": rows}
+    results = {**{task: result for task, result in previous["results"].items() if task not in results}, **results}
     lines = ["| task | model | layers | augmented | train examples | dev score | of the teacher | parameters | "
              "dev inference | speed-up |", "|---|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     for task, result in results.items():
@@ -172,7 +175,9 @@ def main():
     table = "\n".join(lines) + "\n"
     print(table)
     if not args.smoke:
-        (RESULTS / "distill_glue.json").write_text(json.dumps({"results": results, "commands": list(log.values()),
+        commands = [command for command in previous["commands"] if command not in log.values()]
+        (RESULTS / "distill_glue.json").write_text(json.dumps({"results": results,
+                                                                "commands": commands + list(log.values()),
                                                                 "arguments": vars(args)}, indent=2) + "\n")
         (RESULTS / "distill_glue.md").write_text(table)
 

@@ -482,6 +482,28 @@ def test_augmented_copies_keep_the_original_first_skip_stopwords_and_do_not_depe
         TinyBertAugmenter(tokenizer, neighbours, replace_probability=1.5)
 
 
+def test_chinese_characters_are_words_of_their_own(tmp_path):
+    """Text without spaces: each CJK character is a word (one vocabulary piece), not the whole run."""
+    from transformers import BertTokenizerFast
+
+    from hf_plm_ext.data.augmentation import TinyBertAugmenter
+    from hf_plm_ext.data.similar_words import EmbeddingNeighbours
+
+    vocabulary = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "今", "天", "气", "很", "好", "坏", "冷", "，", "hi",
+                  "##king"]
+    (tmp_path / "vocab.txt").write_text("\n".join(vocabulary) + "\n", encoding="utf-8")
+    tokenizer = BertTokenizerFast(str(tmp_path / "vocab.txt"))
+    sentence = "今天天气很好，hiking"
+    augmenter = TinyBertAugmenter(tokenizer, EmbeddingNeighbours(torch.randn(len(vocabulary), 8), tokenizer,
+                                                                 top_k=3, cache=None), num_candidates=3, copies=5)
+    words = augmenter.words(sentence)
+    assert [word for word, _ in words] == ["今", "天", "天", "气", "很", "好", "，", "hiking"]
+    assert all(sentence[start:end] == word for word, (start, end) in words)
+    copies = augmenter.augment([sentence], [0])[0]
+    assert copies[0] == sentence and len(copies) > 1
+    assert all(copy.count("，") == 1 for copy in copies[1:])  # punctuation is never replaced
+
+
 def test_a_masked_lm_gives_single_piece_words_their_candidates(augmenter_parts):
     from transformers import BertForMaskedLM
 

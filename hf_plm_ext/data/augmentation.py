@@ -6,12 +6,15 @@ input-embedding cosine (:class:`~hf_plm_ext.data.similar_words.EmbeddingNeighbou
 their mean embedding). Each copy replaces each such word with probability ``replace_probability``. As TinyBERT
 (``data_augmentation.py``: N = 30 copies, M = 15 candidates, p = 0.4) the original comes first, copies that repeat
 are dropped, and a sentence pair augments its first sentence only. TinyBERT takes GloVe neighbours for words of
-several pieces; here they come from the model's own embeddings.
+several pieces; here they come from the model's own embeddings. Chinese (CJK) characters are words of their own,
+as BERT's tokenizer makes them (text without spaces would otherwise be one long "word"); the stop-words are
+TinyBERT's English ones only.
 """
 
 import hashlib
 import json
 import random
+import re
 from pathlib import Path
 
 import torch
@@ -25,6 +28,11 @@ is are was were be been being have has had having do does did doing a an the and
 of at by for with about against between into through during before after above below to from up down in out on off
 over under again further then once here there when where why how all any both each few more most other some such
 no nor not only own same so than too very s t can will just don should now""".split())
+
+
+# BERT's CJK ideograph blocks (tokenization_bert._is_chinese_char), each character one word; runs of anything else
+CJK_OR_OTHER_RUN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ceaf\U0002f800-\U0002fa1f]"
+                              "|[^\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ceaf\U0002f800-\U0002fa1f]+")
 
 
 class TinyBertAugmenter:
@@ -45,8 +53,13 @@ class TinyBertAugmenter:
         self.seed, self.batch_size = seed, batch_size
 
     def words(self, sentence: str) -> list[tuple[str, tuple[int, int]]]:
-        """The sentence's words with their character spans (the tokenizer's own pre-tokenisation)."""
-        return self.tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str(sentence)
+        """The sentence's words with their character spans (the tokenizer's own pre-tokenisation, each CJK
+        character then a word of its own)."""
+        words = []
+        for word, (start, _) in self.tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str(sentence):
+            words += [(part.group(), (start + part.start(), start + part.end()))
+                      for part in CJK_OR_OTHER_RUN.finditer(word)]
+        return words
 
     def _replaceable(self, word: str) -> bool:
         return word.isalpha() and word.lower() not in STOPWORDS
