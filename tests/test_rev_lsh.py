@@ -284,13 +284,13 @@ def test_rotary_scores_depend_on_content_and_distance_alone():
 
 def test_a_rotary_model_has_no_position_weights_takes_any_length_and_refuses_position_ids():
     torch.manual_seed(0)
-    config = tiny_rev_lsh(position_embedding_type="rotary")
+    config = tiny_rev_lsh(position_embedding_type="rotary", attn_layers=["full", "full"])
     model = RevLSHForMaskedLM(config).eval()
     assert not [name for name in model.state_dict() if "position" in name]
     ids = torch.randint(5, 99, (1, 2 * config.max_position_embeddings + 3))  # beyond any table
     with torch.no_grad():
         assert model(ids).logits.shape == (1, ids.shape[1], config.vocab_size)
-        # a bidirectional rotary stack sees order: a shuffled input changes the first token's output
+        # full attention alone is blind to order; with rotary positions shuffling the rest changes the first output
         shuffled = ids[:, torch.cat([torch.tensor([0]), 1 + torch.randperm(ids.shape[1] - 1)])]
         assert not torch.allclose(model(shuffled).logits[:, 0], model(ids).logits[:, 0], atol=1e-4)
     with pytest.raises(ValueError, match="position_ids"):

@@ -30,9 +30,10 @@ over under again further then once here there when where why how all any both ea
 no nor not only own same so than too very s t can will just don should now""".split())
 
 
-# BERT's CJK ideograph blocks (tokenization_bert._is_chinese_char), each character one word; runs of anything else
-CJK_OR_OTHER_RUN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ceaf\U0002f800-\U0002fa1f]"
-                              "|[^\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ceaf\U0002f800-\U0002fa1f]+")
+# BERT's CJK ideograph blocks (tokenization_bert._is_chinese_char): each such character one word, runs of
+# anything else as the pre-tokenizer left them
+CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ceaf\U0002f800-\U0002fa1f"
+CJK_OR_OTHER_RUN = re.compile(f"[{CJK}]|[^{CJK}]+")
 
 
 class TinyBertAugmenter:

@@ -125,10 +125,11 @@ class RevLSHEmbeddings(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.position_embeddings = {
-            "axial": lambda: AxialPositionEmbeddings(config), "rotary": lambda: None,  # rotary: in the attention
-            "absolute": lambda: nn.Embedding(config.max_position_embeddings, config.hidden_size),
-        }[config.position_embedding_type]()
+        self.position_embeddings = None  # rotary: in the attention layers
+        if config.position_embedding_type == "axial":
+            self.position_embeddings = AxialPositionEmbeddings(config)
+        elif config.position_embedding_type == "absolute":
+            self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.max_position_embeddings = config.max_position_embeddings
 
