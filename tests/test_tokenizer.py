@@ -4,7 +4,7 @@ import re
 import pytest
 from transformers import AutoTokenizer
 
-from hf_plm_ext.data.tokenizer_training import KINDS, LM_KINDS
+from hf_plm_ext.data.tokenizer_training import KINDS, LM_KINDS, SPECIAL_TOKENS, train_tokenizer
 
 from conftest import run_cli
 
@@ -61,6 +61,15 @@ def test_chinese_wordpiece_vocabulary_is_character_level(tmp_path, shared_data, 
     cjk_tokens = [t for s in sentences for t in tok.tokenize(s) if CJK.search(t)]
     assert len(cjk_tokens) > 1000
     assert all(len(t) == 1 for t in cjk_tokens)  # one character each, never a "##" continuation
+
+
+def test_wordpiece_training_gives_the_same_tokenizer_every_time(shared_data):
+    # tokenizers' own trainer numbers the "##" pieces in hash-map order: two runs differed before the package fixed it
+    corpus = [shared_data / "corpus/en/gutenberg/11-0.txt"]
+    first, second = (train_tokenizer(corpus, kind="wordpiece", vocab_size=1200) for _ in range(2))
+    assert first.backend_tokenizer.to_str() == second.backend_tokenizer.to_str()
+    assert sorted(first.all_special_tokens) == sorted(SPECIAL_TOKENS.values())  # the pieces are plain vocabulary
+    assert "##e" in first.get_vocab() and "##e" not in first.tokenize("Alice ##e")
 
 
 def test_missing_corpus_is_one_clear_error(tmp_path, capsys):

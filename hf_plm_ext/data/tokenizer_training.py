@@ -89,6 +89,26 @@ def _pipeline(kind, vocab_size, min_frequency, lowercase):
     return tok, trainer
 
 
+def _train_wordpiece_reproducibly(tok, trainer, files):
+    """The WordPiece trainer numbers the ``##`` pieces of single characters as it meets them in a hash map, and breaks
+    ties between equally frequent merges by those numbers, so one corpus gave other ids and other merges on every
+    run, and a model pre-trained on them did not reproduce (huggingface/tokenizers#1794). Those pieces are given to
+    it in sorted order, as special tokens to fix their ids, and made plain vocabulary again afterwards."""
+    pieces = set()
+    for file in files:
+        with open(file, encoding="utf-8") as handle:
+            for line in handle:
+                for word, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(line)):
+                    pieces.update(word[1:])
+    specials = list(SPECIAL_TOKENS.values())
+    trainer.special_tokens = specials + sorted("##" + character for character in pieces)
+    tok.train(files, trainer)
+    trained = Tokenizer(models.WordPiece(tok.get_vocab(), unk_token=SPECIAL_TOKENS["unk_token"]))
+    trained.normalizer, trained.pre_tokenizer, trained.decoder = tok.normalizer, tok.pre_tokenizer, tok.decoder
+    trained.add_special_tokens(specials)
+    return trained
+
+
 def train_tokenizer(corpus_files, kind="wordpiece", vocab_size=8000, min_frequency=2, lowercase=True,
                     model_max_length=None) -> PreTrainedTokenizerFast:
     """Train a tokenizer of ``kind`` on ``corpus_files`` (plain UTF-8 text, read line by line).
@@ -105,7 +125,10 @@ def train_tokenizer(corpus_files, kind="wordpiece", vocab_size=8000, min_frequen
         raise UserInputError(f"--model-max-length must be positive, got {model_max_length}")
     tok, trainer = _pipeline(kind, vocab_size, min_frequency, lowercase)
     trainer.show_progress = sys.stderr.isatty()  # its bars are blank lines in a log
-    tok.train(files, trainer)
+    if kind == "wordpiece":
+        tok = _train_wordpiece_reproducibly(tok, trainer, files)
+    else:
+        tok.train(files, trainer)
     specials = LM_SPECIAL_TOKENS if kind in LM_KINDS else SPECIAL_TOKENS
     if tok.get_vocab_size() <= len(specials):
         raise UserInputError(f"the corpus ({', '.join(files)}) yielded no vocabulary: is it empty?")
