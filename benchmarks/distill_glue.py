@@ -157,9 +157,8 @@ def main():
         teacher_score = teacher_record["results"][0]["metrics"][metric]
         teacher_seconds = inference_seconds(teacher, task)
         rows = []
-        for student in sorted(work.glob(f"{task}-student*/eval_results.json")):
-            student = student.parent
-            record = json.loads((student / "eval_results.json").read_text())
+        for record_file in sorted(work.glob(f"{task}-student*/eval_results.json")):
+            student, record = record_file.parent, json.loads(record_file.read_text())
             depth = json.loads((student / "config.json").read_text())["num_hidden_layers"]
             augmentation = record["distillation"]["augmentation"]
             score = record["results"][0]["metrics"][metric]
