@@ -8,6 +8,7 @@ from collections import OrderedDict
 
 import transformers
 from transformers import AutoConfig
+from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.models.auto.auto_factory import _BaseAutoModelClass, _LazyAutoMapping
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
@@ -33,6 +34,8 @@ from hf_plm_ext.modeling.macbert import (
     MacBertForTokenClassification,
     MacBertModel,
 )
+from hf_plm_ext.modeling.macbert.pipeline_spelling_correction import TASK as SPELLING_CORRECTION
+from hf_plm_ext.modeling.macbert.pipeline_spelling_correction import SpellingCorrectionPipeline
 from hf_plm_ext.modeling.rev_lsh import (
     RevLSHConfig,
     RevLSHForCausalLM,
@@ -132,6 +135,9 @@ def register_families() -> None:
                 model_class._auto_class = auto_name
             else:
                 model_class.register_for_auto_class(auto_name)
+    if SPELLING_CORRECTION not in PIPELINE_REGISTRY.get_supported_tasks():
+        PIPELINE_REGISTRY.register_pipeline(SPELLING_CORRECTION, pipeline_class=SpellingCorrectionPipeline,
+                                            pt_model=AutoModelForSpellingCorrection, type="text")
 
 
 def supported_model_types() -> list[str]:

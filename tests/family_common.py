@@ -41,7 +41,8 @@ def tiny_rev_lsh(**overrides):
 
 
 def tiny_rev_lsh_plain(**overrides):
-    return tiny_rev_lsh(**{**dict(reversible=False), **overrides})
+    """Plain residual blocks, with the output as transformers' Reformer's (the halves side by side)."""
+    return tiny_rev_lsh(**{**dict(reversible=False, combine_halves="concat"), **overrides})
 
 
 def tiny_rev_lsh_rotary(**overrides):

@@ -487,7 +487,18 @@ def test_bad_mems_are_refused_with_the_reason():
     with pytest.raises(ValueError, match=r"mems\[1\] has shape \(2, 4, 16\).*equal for every layer"):
         model(ids, mems=[mems[0], mems[1][:, 1:]])
     with pytest.raises(ValueError, match="no padding mask"):
-        model(ids, attention_mask=torch.tensor([[1, 1, 1, 0, 0], [1] * 5]))
+        model(ids, attention_mask=torch.tensor([[0, 0, 1, 1, 1], [1] * 5]))
+
+
+def test_right_padding_leaves_the_tokens_states_as_alone():
+    """sentence-transformers and pipelines pad batches on the right with a mask: accepted, and harmless."""
+    model = tiny_model().transformer
+    short = torch.randint(1, 50, (1, 3))
+    padded = torch.cat([torch.cat([short, torch.zeros(1, 2, dtype=torch.long)], dim=1), torch.randint(1, 50, (1, 5))])
+    with torch.no_grad():
+        alone = model(short).last_hidden_state
+        batched = model(padded, attention_mask=torch.tensor([[1, 1, 1, 0, 0], [1] * 5])).last_hidden_state
+    torch.testing.assert_close(batched[:1, :3], alone)
 
 
 @pytest.mark.parametrize("fields, message", [
@@ -505,13 +516,16 @@ def test_bad_config_fields_are_named(fields, message):
         tiny_config(**fields)
 
 
-def test_config_has_the_fields_generation_reads_and_4x_minus_one_means_no_limit():
+def test_config_has_the_fields_generation_reads_and_minus_one_means_no_limit():
     config = tiny_config()
-    assert config.use_cache is True and config.bos_token_id is None and config.max_position_embeddings is None
-    assert tiny_config(max_position_embeddings=-1).max_position_embeddings is None  # what transformers 4.x wrote
+    # -1, as transformers 4.x's Transformer-XL and XLNet report it: an int clients compare (sentence-transformers
+    # reads -1 as no limit)
+    assert config.use_cache is True and config.bos_token_id is None and config.max_position_embeddings == -1
+    assert tiny_config(max_position_embeddings=None).max_position_embeddings == -1  # this package's earlier configs
     assert tiny_config(max_position_embeddings=256, bos_token_id=3).max_position_embeddings == 256
-    with pytest.raises(StrictDataclassError, match="max_position_embeddings"):
-        tiny_config(max_position_embeddings=0)
+    for bad in (0, -2):
+        with pytest.raises(StrictDataclassError, match="max_position_embeddings"):
+            tiny_config(max_position_embeddings=bad)
 
 
 def test_unknown_arguments_are_refused_and_token_type_ids_ignored():

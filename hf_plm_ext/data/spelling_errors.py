@@ -15,13 +15,9 @@ from pathlib import Path
 from datasets import Dataset
 
 from hf_plm_ext.errors import UserInputError
+from hf_plm_ext.modeling.macbert.pipeline_spelling_correction import is_chinese_character
 
 SENTENCE_ENDS = "。！？；!?;"
-
-
-def is_chinese_character(char: str) -> bool:
-    """CJK Unified Ideographs (the characters the confusion sets and SIGHAN cover)."""
-    return "\u4e00" <= char <= "\u9fff"
 
 
 def pycorrector_data_dir() -> Path:

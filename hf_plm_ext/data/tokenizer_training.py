@@ -134,8 +134,9 @@ def train_tokenizer(corpus_files, kind="wordpiece", vocab_size=8000, min_frequen
         raise UserInputError(f"the corpus ({', '.join(files)}) yielded no vocabulary: is it empty?")
     if kind in LM_KINDS:
         length_limit = {} if model_max_length is None else {"model_max_length": model_max_length}
-        return PreTrainedTokenizerFast(tokenizer_object=tok, model_input_names=["input_ids"], **length_limit,
-                                       **specials)
+        # padded with eos, as transformers users pad GPT-2: clients pad batches (sentence-transformers, pipelines)
+        return PreTrainedTokenizerFast(tokenizer_object=tok, model_input_names=["input_ids", "attention_mask"],
+                                       **length_limit, **specials, pad_token=specials["eos_token"])
     cls, sep = SPECIAL_TOKENS["cls_token"], SPECIAL_TOKENS["sep_token"]
     tok.post_processor = processors.TemplateProcessing(
         single=f"{cls} $A {sep}",
@@ -146,3 +147,12 @@ def train_tokenizer(corpus_files, kind="wordpiece", vocab_size=8000, min_frequen
                                    model_max_length=512 if model_max_length is None else model_max_length,
                                    model_input_names=["input_ids", "token_type_ids", "attention_mask"],
                                    **SPECIAL_TOKENS)
+
+
+def pad_with_eos(tokenizer) -> None:
+    """Pad with the eos token where a tokenizer has none to pad with (a causal LM's: GPT-2's, a Transformer-XL's
+    words), as transformers users do, and return attention masks, so that padded batches say where the padding is
+    (a causal classifier pools each row's last real token; sentence-transformers averages the real ones)."""
+    tokenizer.pad_token = tokenizer.eos_token
+    if "attention_mask" not in tokenizer.model_input_names:
+        tokenizer.model_input_names = [*tokenizer.model_input_names, "attention_mask"]

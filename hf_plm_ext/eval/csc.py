@@ -10,7 +10,6 @@ pipeline-style call) and score a test file (``evaluate_csc``: SIGHAN's definitio
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoTokenizer, DataCollatorForTokenClassification, TrainingArguments, set_seed
 
@@ -19,7 +18,6 @@ from hf_plm_ext.data.spelling_errors import (
     SpellingErrorGenerator,
     build_spelling_pairs,
     encode_spelling_pairs,
-    is_chinese_character,
     read_clean_sentences,
     read_spelling_pairs,
 )
@@ -28,6 +26,7 @@ from hf_plm_ext.eval.csc_metrics import csc_scores
 from hf_plm_ext.eval.results import write_results
 from hf_plm_ext.files import staged_output
 from hf_plm_ext.modeling.macbert import MacBertConfig, MacBertForSpellingCorrection
+from hf_plm_ext.modeling.macbert.pipeline_spelling_correction import SpellingCorrectionPipeline
 from hf_plm_ext.training.checks import check_tokenizer_fits, load_pretrained
 from hf_plm_ext.training.saving import save_final
 from hf_plm_ext.training.trainer import SubLossTrainer
@@ -156,7 +155,8 @@ def score_split(corrector, split: str, file, pairs, progress: bool = False) -> t
 
 
 class SpellingCorrector:
-    """Corrects Chinese text with a spelling-correction model, ``pipeline``-style::
+    """Corrects Chinese text with a spelling-correction model: its pipeline (``SpellingCorrectionPipeline``, what
+    ``pipeline("spelling-correction", model=DIR)`` gives) with a progress bar and this package's errors::
 
         corrector = SpellingCorrector.from_pretrained("path/to/model")
         corrector("我跟我朋唷打算去法国玩儿。")
@@ -169,13 +169,10 @@ class SpellingCorrector:
     """
 
     def __init__(self, model, tokenizer, batch_size: int = 32, max_length: int | None = None, device=None):
-        self.model, self.tokenizer, self.batch_size = model.eval(), tokenizer, batch_size
-        self.max_length = min(max_length or model.config.max_position_embeddings,
-                              model.config.max_position_embeddings)
-        self.device = torch.device(device) if device else next(model.parameters()).device
-        self.model.to(self.device)
-        self._vocabulary = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-        self._is_chinese_token = [len(t) == 1 and is_chinese_character(t) for t in self._vocabulary]
+        device = device if device is not None else next(model.parameters()).device
+        self.pipeline = SpellingCorrectionPipeline(model=model.eval(), tokenizer=tokenizer, device=device,
+                                                   batch_size=batch_size)
+        self.max_length = max_length
 
     @classmethod
     def from_pretrained(cls, path: str, **kwargs) -> "SpellingCorrector":
@@ -190,37 +187,11 @@ class SpellingCorrector:
         return cls(model, tokenizer, **kwargs)
 
     def __call__(self, texts, progress: bool = False):
-        single = isinstance(texts, str)
-        texts = [texts] if single else list(texts)
-        results = []
-        batches = range(0, len(texts), self.batch_size)
-        for start in tqdm(batches, desc="correcting", unit="batch", disable=not progress):
-            results.extend(self._correct(texts[start:start + self.batch_size]))
-        return results[0] if single else results
-
-    @torch.inference_mode()
-    def _correct(self, texts: list[str]) -> list[dict]:
-        chars = [list(text) for text in texts]
-        chinese = [i for i, text in enumerate(texts) if any(map(is_chinese_character, text))]
-        if chinese:
-            encoded = self.tokenizer([texts[i] for i in chinese], truncation=True, max_length=self.max_length,
-                                     return_overflowing_tokens=True, return_offsets_mapping=True, padding=True,
-                                     return_tensors="pt")
-            offsets, windows = encoded.pop("offset_mapping"), encoded.pop("overflow_to_sample_mapping")
-            logits = self.model(**encoded.to(self.device)).correction_logits.float().cpu()
-            best = logits.argmax(-1)  # MacBERT4CSC's decoding: the arg-max token at each position
-            input_ids = encoded["input_ids"].tolist()
-            for row, window in enumerate(windows.tolist()):
-                text = texts[chinese[window]]
-                for (start, end), read, chosen in zip(offsets[row].tolist(), input_ids[row], best[row].tolist()):
-                    # a character the tokenizer read as itself (one token, not [UNK]) takes the head's choice when
-                    # that is one Chinese character too (never [UNK], a piece of a word, punctuation)
-                    if end - start == 1 and is_chinese_character(text[start]) and self._is_chinese_token[read] \
-                            and self._is_chinese_token[chosen]:
-                        chars[chinese[window]][start] = self._vocabulary[chosen]
-        return [{"source": text, "target": "".join(c),
-                 "errors": [(i, a, b) for i, (a, b) in enumerate(zip(text, c)) if a != b]}
-                for text, c in zip(texts, chars)]
+        if isinstance(texts, str):
+            return self.pipeline(texts, max_length=self.max_length)
+        texts = list(texts)
+        corrected = self.pipeline((text for text in texts), max_length=self.max_length)  # a generator: one at a time
+        return list(tqdm(corrected, total=len(texts), desc="correcting", unit="text", disable=not progress))
 
 
 def evaluate_csc(model_path: str, test_file: str, output: str, batch_size: int = 32,

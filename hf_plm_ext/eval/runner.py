@@ -21,6 +21,7 @@ from transformers import (
     set_seed,
 )
 
+from hf_plm_ext.data.tokenizer_training import pad_with_eos
 from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.eval.readers import Examples, read_examples, read_label_list
 from hf_plm_ext.eval.results import write_results
@@ -188,6 +189,12 @@ def build_classifier(task: Task, args: FinetuneArguments, peft_config=None):
     tokenizer = load_pretrained(AutoTokenizer, args.model, "tokenizer")
     config = load_pretrained(AutoConfig, args.model, "config", **label_kwargs)
     config.finetuning_task = task.name
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise UserInputError(f"the tokenizer at {args.model} has neither a pad nor an eos token to pad batches "
+                                 f"with; give it one (tokenizer.pad_token = ...) and save it with the model")
+        pad_with_eos(tokenizer)  # a causal LM's (GPT-2's, a Transformer-XL's words), as transformers users do
+        config.pad_token_id = tokenizer.pad_token_id
     if args.freeze_adapters:
         if config.model_type != "k-adapter":
             raise UserInputError(f"--freeze-adapters is for K-Adapter checkpoints; {args.model} is a "

@@ -97,6 +97,7 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:
     checkpoints = Path(args.checkpoints or f"{args.output}.checkpoints")
     resume = checkpoint_to_resume(training_args.resume_from_checkpoint, checkpoints)
     tokenizer = load_pretrained(AutoTokenizer, args.tokenizer, "tokenizer")
+    objective.prepare_tokenizer(tokenizer)
     model = build_model(objective, tokenizer)
     collator = objective.collator(tokenizer, training_args.seed)
     with training_args.main_process_first(desc="pre-training data"):

@@ -6,10 +6,31 @@ adapters and heads) or are saved with the model (``embed_backbone``, and always 
 """
 
 from huggingface_hub.dataclasses import strict
-from transformers import AutoConfig, PreTrainedConfig
+from transformers import AutoConfig, AutoModel, PreTrainedConfig
 from transformers.configuration_utils import SubConfigSpec
+from transformers.dynamic_module_utils import get_class_from_dynamic_module
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 FUSIONS = ("concat", "add")
+HUB_KWARGS = ("cache_dir", "force_download", "proxies", "token", "revision", "local_files_only")
+
+
+def register_backbone_code(path, backbone: dict, **hub_kwargs) -> None:
+    """A backbone of a family transformers does not know (e.g. hf-plm-ext's ``macbert``, where that package is not
+    installed) is registered with ``AutoConfig`` / ``AutoModel`` from the code the checkpoint at ``path`` carries
+    beside its own (``save_pretrained`` copies it; the backbone's ``auto_map`` names it)."""
+    model_type, auto_map = backbone.get("model_type"), backbone.get("auto_map") or {}
+    if model_type is None or model_type in CONFIG_MAPPING or "AutoConfig" not in auto_map:
+        return
+    try:
+        config_class = get_class_from_dynamic_module(auto_map["AutoConfig"], path, **hub_kwargs)
+        model_class = get_class_from_dynamic_module(auto_map["AutoModel"], path, **hub_kwargs)
+    except (OSError, KeyError) as err:
+        raise ValueError(f"the K-Adapter at {path} has a {model_type!r} backbone, which transformers does not know, "
+                         f"and does not carry its code ({err}); install the backbone's package, or save the "
+                         f"K-Adapter again where it is installed (save_pretrained copies the backbone's code)") from None
+    AutoConfig.register(model_type, config_class, exist_ok=True)
+    AutoModel.register(config_class, model_class, exist_ok=True)
 
 
 def spread_layers(num_hidden_layers: int, count: int = 3) -> list[int]:
@@ -66,6 +87,16 @@ class KAdapterConfig(PreTrainedConfig):
     fusion: str = "concat"
     frozen_adapters: list[str] | tuple[str, ...] = ()
     classifier_dropout: float | None = None
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
+        """As transformers', after registering a backbone family from the checkpoint's own code where transformers
+        does not know it (:func:`register_backbone_code`)."""
+        hub_kwargs = {name: kwargs[name] for name in HUB_KWARGS if name in kwargs}
+        config_dict, _ = cls.get_config_dict(pretrained_model_name_or_path, **hub_kwargs)
+        if isinstance(config_dict.get("backbone_config"), dict):
+            register_backbone_code(pretrained_model_name_or_path, config_dict["backbone_config"], **hub_kwargs)
+        return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from transformers import AutoModel, BertConfig, PreTrainedModel
 from transformers import initialization as init
+from transformers.dynamic_module_utils import custom_object_save
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 from transformers.models.bert.modeling_bert import BertLayer
 from transformers.utils import ModelOutput, can_return_tuple
@@ -140,11 +141,16 @@ class KAdapterPreTrainedModel(PreTrainedModel):
 
     def save_pretrained(self, save_directory, *args, state_dict=None, **kwargs):
         """Without the backbone's weights when ``config.backbone_name_or_path`` names them (unless
-        ``embed_backbone``): the checkpoint holds the adapters and heads, and loading fetches the backbone."""
+        ``embed_backbone``): the checkpoint holds the adapters and heads, and loading fetches the backbone. A
+        backbone of remote code (its config has an ``auto_map``, e.g. hf-plm-ext's ``macbert``) has its code copied
+        beside the K-Adapter's, so that ``trust_remote_code=True`` alone loads the checkpoint."""
         if not self.config.saves_backbone():
             state_dict = state_dict if state_dict is not None else self.state_dict()
             state_dict = {key: value for key, value in state_dict.items() if not BACKBONE_KEY.search(key)}
-        return super().save_pretrained(save_directory, *args, state_dict=state_dict, **kwargs)
+        saved = super().save_pretrained(save_directory, *args, state_dict=state_dict, **kwargs)
+        if getattr(self.config.backbone_config, "auto_map", None):
+            custom_object_save(self.base_model.backbone, save_directory)
+        return saved
 
     def resize_token_embeddings(self, *args, **kwargs):
         """The backbone's vocabulary, recorded in its sub-config (which ``from_pretrained`` builds it from)."""

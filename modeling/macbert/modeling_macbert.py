@@ -25,6 +25,7 @@ from transformers.utils import ModelOutput
 from transformers.utils.generic import can_return_tuple
 
 from .configuration_macbert import MacBertConfig
+from .pipeline_spelling_correction import custom_pipelines_entry
 
 
 @dataclass
@@ -96,9 +97,11 @@ class MacBertModel(MacBertPreTrainedModel, BertModel):
 
 class MacBertForMaskedLM(MacBertPreTrainedModel, BertForMaskedLM):
     """Encoder + MLM head tied to the input embeddings; ``logits`` are ``[batch, seq, vocab]``,
-    ``labels`` use -100 for positions without a target."""
+    ``labels`` use -100 for positions without a target. From a spelling-correction checkpoint it loads the
+    correction head (its detection head is left out without a word)."""
 
     config_class = MacBertConfig
+    _keys_to_ignore_on_load_unexpected = [r"^detection\."]
 
 
 class MacBertForPreTraining(MacBertPreTrainedModel, BertForPreTraining):
@@ -154,6 +157,14 @@ class MacBertForSpellingCorrection(MacBertPreTrainedModel, BertForMaskedLM):
         self.cls = BertOnlyMLMHead(config)
         self.detection = nn.Linear(config.hidden_size, 1)
         self.post_init()
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """With the spelling-correction pipeline named in ``config.custom_pipelines`` (its code,
+        ``pipeline_spelling_correction.py``, is copied with the family's), so that ``pipeline(model=DIR,
+        trust_remote_code=True)`` corrects text where hf-plm-ext is not installed."""
+        self.config.custom_pipelines = {**(getattr(self.config, "custom_pipelines", None) or {}),
+                                        **custom_pipelines_entry()}
+        return super().save_pretrained(save_directory, *args, **kwargs)
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,

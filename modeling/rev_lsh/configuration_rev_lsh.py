@@ -13,7 +13,10 @@ from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
 LAYER_KINDS = ("lsh", "local", "full")
+HALVES = ("concat", "mean")
 POSITION_EMBEDDING_TYPES = ("absolute", "rotary", "axial")
+# What a fresh model of `from_size` has unless overridden (the class defaults are ReformerConfig's)
+FRESH_DEFAULTS = dict(bos_token_id=None, eos_token_id=None, combine_halves="mean")
 
 SIZES = {
     "tiny": dict(hidden_size=32, num_attention_heads=2, attention_head_size=16, feed_forward_size=64,
@@ -31,8 +34,12 @@ class RevLSHConfig(PreTrainedConfig):
 
     Args:
         vocab_size: number of tokens.
-        hidden_size: width of each reversible half (the final hidden states are ``2 * hidden_size`` wide, the
-            two halves side by side, as in transformers' Reformer).
+        hidden_size: width of each reversible half.
+        combine_halves: how the output joins the two halves: ``"concat"``, side by side, ``2 * hidden_size`` wide
+            (transformers' Reformer; the class default, so converted and earlier checkpoints load), or ``"mean"``,
+            their mean, ``hidden_size`` wide (reformer-pytorch; ``from_size``'s default: clients that read the
+            output's width from ``hidden_size``, as sentence-transformers does, then read it right). The final
+            LayerNorm and the heads take the joined width.
         num_attention_heads, attention_head_size: the attention's heads and their size.
         attn_layers: one kind per layer, ``"lsh"``, ``"local"`` or ``"full"``; ``num_hidden_layers`` is its length.
         feed_forward_size, hidden_act: the feed-forward block. chunk_size_feed_forward: positions per chunk of
@@ -90,6 +97,7 @@ class RevLSHConfig(PreTrainedConfig):
     axial_pos_embds_dim: list[int] | tuple[int, ...] = (64, 192)
     axial_norm_std: float = 1.0
     reversible: bool = True
+    combine_halves: str = "concat"
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02
     classifier_dropout: float | None = None
@@ -113,10 +121,13 @@ class RevLSHConfig(PreTrainedConfig):
     @classmethod
     def from_size(cls, size: str, **overrides) -> "RevLSHConfig":
         """``tiny`` (2 layers x 32, for tests), ``small`` (6 x 256) or ``base`` (12 x 512, trax's enwik8
-        pattern of local and LSH layers), with ``overrides`` of any field."""
+        pattern of local and LSH layers), with ``overrides`` of any field. Its output is the halves' mean,
+        ``hidden_size`` wide (``combine_halves="mean"``). A fresh model has no bos / eos token
+        unless given (``ReformerConfig``'s eos 2 names a token of its own vocabulary): pass the tokenizer's,
+        ``bos_token_id=tokenizer.bos_token_id, eos_token_id=...``, as ``pretrain rev-lsh`` does."""
         if size not in SIZES:
             raise ValueError(f"RevLSHConfig size must be one of {list(SIZES)}, got {size!r}")
-        return cls(**{**SIZES[size], **overrides})
+        return cls(**{**SIZES[size], **FRESH_DEFAULTS, **overrides})
 
     def validate_rev_lsh_fields(self):
         """Run by ``@strict`` after ``__init__`` and by ``config.validate()``."""
@@ -143,6 +154,8 @@ class RevLSHConfig(PreTrainedConfig):
                      "max_position_embeddings"):
             if getattr(self, name) < 1:
                 raise ValueError(f"RevLSHConfig.{name} must be positive, got {getattr(self, name)}")
+        if self.combine_halves not in HALVES:
+            raise ValueError(f"RevLSHConfig.combine_halves must be one of {HALVES}, got {self.combine_halves!r}")
         if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
             raise ValueError(f"RevLSHConfig.position_embedding_type must be one of {POSITION_EMBEDDING_TYPES}, got "
                              f"{self.position_embedding_type!r}")

@@ -4,8 +4,9 @@ Each layer keeps two halves, ``x1`` and ``x2`` (both start as the embeddings): `
 ``y2 = x2 + feed_forward(y1)``. Training runs the stack through :class:`ReversibleFunction`, which keeps only the
 last layer's output and recomputes every layer's input from its output in backward, so activation memory does not
 grow with depth; the recomputation reuses the forward's LSH buckets and replays its dropout. The final hidden
-states are the two halves side by side (``2 * hidden_size``), layer-normed, as in transformers' Reformer, whose
-weights convert key for key (``hf_plm_ext.convert.reformer``).
+states join the two halves (``combine_halves``): side by side (``2 * hidden_size``), as in transformers' Reformer,
+whose weights convert key for key (``hf_plm_ext.convert.reformer``), or their mean (``hidden_size``), as in
+reformer-pytorch; then a LayerNorm.
 
 Any input length works: the model pads to the least common multiple of the chunk lengths inside, masks the
 padding and cuts it from every output.
@@ -33,7 +34,8 @@ logger = logging.get_logger(__name__)
 @dataclass
 class RevLSHModelOutput(ModelOutput):
     """
-    last_hidden_state: ``[batch, seq, 2 * hidden_size]``, the two reversible halves side by side, layer-normed.
+    last_hidden_state: ``[batch, seq, width]``, the two reversible halves joined, layer-normed: side by side
+        (``combine_halves="concat"``, width ``2 * hidden_size``) or their mean (``"mean"``, width ``hidden_size``).
     hidden_states: with ``output_hidden_states``: the embeddings and every layer's output, each
         ``[batch, seq, 2 * hidden_size]`` (the halves side by side; the embeddings twice).
     attentions: with ``output_attentions``: per layer the attention probabilities as the layer computed them
@@ -356,14 +358,20 @@ class RevLSHPreTrainedModel(PreTrainedModel):
         return super().gradient_checkpointing_enable(*args, **kwargs)
 
 
+def output_width(config: RevLSHConfig) -> int:
+    """The width of ``last_hidden_state``: the two halves side by side, or their mean (``combine_halves``)."""
+    return 2 * config.hidden_size if config.combine_halves == "concat" else config.hidden_size
+
+
 class RevLSHModel(RevLSHPreTrainedModel):
-    """Embeddings + the reversible stack + a LayerNorm over the two halves."""
+    """Embeddings + the reversible stack + a LayerNorm over the two halves joined (``combine_halves``):
+    ``last_hidden_state`` ``[batch, seq, output_width(config)]``."""
 
     def __init__(self, config: RevLSHConfig):
         super().__init__(config)
         self.embeddings = RevLSHEmbeddings(config)
         self.layers = nn.ModuleList([RevLSHLayer(config, kind) for kind in config.attn_layers])
-        self.layer_norm = nn.LayerNorm(2 * config.hidden_size, eps=config.layer_norm_eps)
+        self.layer_norm = nn.LayerNorm(output_width(config), eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.gradient_checkpointing = False
         self.post_init()
@@ -373,6 +381,13 @@ class RevLSHModel(RevLSHPreTrainedModel):
 
     def set_input_embeddings(self, embeddings):
         self.embeddings.word_embeddings = embeddings
+
+    def _join_halves(self, halves):
+        """``[..., 2 * hidden_size]`` (the halves side by side) -> the output's width, normalised."""
+        if self.config.combine_halves == "mean":
+            first, second = halves.chunk(2, dim=-1)
+            halves = (first + second) / 2
+        return self.dropout(self.layer_norm(halves))
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, num_hashes=None,
@@ -418,7 +433,7 @@ class RevLSHModel(RevLSHPreTrainedModel):
         if use_cache:
             cache.keep_first(length)
             cache.attention_mask = attention_mask
-        last = self.dropout(self.layer_norm(hidden_states[-1]))[:, :length]
+        last = self._join_halves(hidden_states[-1])[:, :length]
         return RevLSHModelOutput(
             last_hidden_state=last, cache=cache if use_cache else None,
             hidden_states=tuple(h[:, :length] for h in hidden_states) if output_hidden_states else None,
@@ -457,7 +472,7 @@ class RevLSHModel(RevLSHPreTrainedModel):
             outputs.append(layer_outputs[-1])
             all_hidden.append(layer_outputs)
         cache.attention_mask = attention_mask
-        last = self.dropout(self.layer_norm(torch.cat(outputs, dim=1)))
+        last = self._join_halves(torch.cat(outputs, dim=1))
         hidden_states = None
         if output_hidden_states:
             hidden_states = tuple(torch.cat(per_layer, dim=1) for per_layer in zip(*all_hidden))
@@ -510,13 +525,13 @@ class RevLSHModel(RevLSHPreTrainedModel):
 
 
 class _RevLSHWithLMHead(RevLSHPreTrainedModel):
-    """The encoder + a linear head over the two halves (``2 * hidden_size`` -> vocabulary), as transformers'
+    """The encoder + a linear head over the joined halves (``output_width`` -> vocabulary), as transformers'
     Reformer heads."""
 
     def __init__(self, config: RevLSHConfig):
         super().__init__(config)
         self.rev_lsh = RevLSHModel(config)
-        self.lm_head = nn.Linear(2 * config.hidden_size, config.vocab_size)
+        self.lm_head = nn.Linear(output_width(config), config.vocab_size)
         self.post_init()
 
     def get_output_embeddings(self):
@@ -591,8 +606,10 @@ class RevLSHForCausalLM(_RevLSHWithLMHead, GenerationMixin):
 
 
 class RevLSHForSequenceClassification(RevLSHPreTrainedModel):
-    """The encoder + transformers' Reformer classification head on the first position (dense -> tanh ->
-    projection, over the two halves). The loss follows ``config.problem_type`` (transformers' rule)."""
+    """The encoder + transformers' Reformer classification head (dense -> tanh -> projection, over the joined halves)
+    on the first position, or for a causal stack (``is_decoder``), where the first position sees only itself, on
+    each row's last token (right padding; by ``attention_mask``, else ``pad_token_id``), as GPT-2's classifier.
+    The loss follows ``config.problem_type`` (transformers' rule)."""
 
     def __init__(self, config: RevLSHConfig):
         super().__init__(config)
@@ -608,7 +625,13 @@ class RevLSHForSequenceClassification(RevLSHPreTrainedModel):
                                inputs_embeds=inputs_embeds, num_hashes=num_hashes,
                                output_hidden_states=output_hidden_states, output_attentions=output_attentions,
                                return_dict=True)
-        logits = self.classifier(outputs.last_hidden_state)
+        hidden = outputs.last_hidden_state
+        if self.config.is_decoder:
+            hidden = hidden[torch.arange(hidden.shape[0], device=hidden.device), last_token(input_ids, attention_mask,
+                                                                                          hidden, self.config)]
+        else:
+            hidden = hidden[:, 0]
+        logits = self.classifier(hidden)
         loss = None if labels is None else self.loss_function(labels=labels, pooled_logits=logits, config=self.config)
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states,
                                         attentions=outputs.attentions)
@@ -618,13 +641,24 @@ class RevLSHClassificationHead(nn.Module):
     def __init__(self, config):
         super().__init__()
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-        self.dense = nn.Linear(2 * config.hidden_size, config.hidden_size)
+        self.dense = nn.Linear(output_width(config), config.hidden_size)
         self.dropout = nn.Dropout(dropout)
         self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
 
-    def forward(self, hidden_states):
-        first = self.dropout(hidden_states[:, 0])
-        return self.out_proj(self.dropout(torch.tanh(self.dense(first))))
+    def forward(self, pooled):
+        """``pooled``: ``[batch, output_width]``, one position per row."""
+        return self.out_proj(self.dropout(torch.tanh(self.dense(self.dropout(pooled)))))
+
+
+def last_token(input_ids, attention_mask, hidden, config) -> torch.Tensor:
+    """``[batch]`` index of each row's last token (right padding)."""
+    if attention_mask is not None:
+        lengths = attention_mask.sum(-1)
+    elif input_ids is not None and config.pad_token_id is not None:
+        lengths = (input_ids != config.pad_token_id).sum(-1)
+    else:
+        return torch.full((hidden.shape[0],), hidden.shape[1] - 1, device=hidden.device)
+    return (lengths - 1).clamp(min=0)
 
 
 __all__ = ["RevLSHModel", "RevLSHForMaskedLM", "RevLSHForCausalLM", "RevLSHForSequenceClassification",

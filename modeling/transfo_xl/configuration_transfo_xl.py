@@ -52,8 +52,9 @@ class TransfoXLConfig(PreTrainedConfig):
         tie_word_embeddings: the softmax's cluster weights are the input embeddings.
         eos_token_id, bos_token_id, pad_token_id: special tokens (eos ends every line of the training stream).
         use_cache: ``generate`` carries the memory (and its keys and values) from step to step.
-        max_position_embeddings: a length limit for ``generate``; None (the default): none, positions are relative
-            (transformers 4.x wrote -1, read as None).
+        max_position_embeddings: a length limit clients may read (sentence-transformers, ``generate``); -1 (the
+            default, what transformers 4.x's Transformer-XL and XLNet report): none, positions are relative. None
+            (this package's earlier configs) reads as -1.
 
     Example:
         >>> from hf_plm_ext.modeling.transfo_xl import TransfoXLConfig, TransfoXLLMHeadModel
@@ -96,14 +97,14 @@ class TransfoXLConfig(PreTrainedConfig):
     bos_token_id: int | None = None
     pad_token_id: int | None = None
     use_cache: bool = True
-    max_position_embeddings: int | None = None
+    max_position_embeddings: int | None = -1
     tie_word_embeddings: bool = True
     tie_projs: list[bool] | None = None
 
     def __post_init__(self, **kwargs):
         self.cutoffs = list(self.cutoffs)
-        if self.max_position_embeddings is not None and self.max_position_embeddings < 0:
-            self.max_position_embeddings = None  # 4.x's -1: no limit
+        if self.max_position_embeddings is None:
+            self.max_position_embeddings = -1  # no limit, as an int clients can compare (4.x's and XLNet's value)
         if self.cutoffs and not self.adaptive and str(self.transformers_version).startswith("4."):
             # 4.x stored `adaptive` but never read it: its models always had the adaptive input and softmax
             logger.warning(f"This config was written by transformers {self.transformers_version}, whose Transfo-XL "
@@ -136,8 +137,8 @@ class TransfoXLConfig(PreTrainedConfig):
         for name in ("vocab_size", "d_model", "d_embed", "n_head", "d_head", "d_inner", "n_layer", "div_val"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"TransfoXLConfig.{name} must be positive, got {getattr(self, name)!r}")
-        if self.max_position_embeddings is not None and self.max_position_embeddings <= 0:
-            raise ValueError(f"TransfoXLConfig.max_position_embeddings must be positive or None (no limit), got "
+        if self.max_position_embeddings == 0 or self.max_position_embeddings < -1:
+            raise ValueError(f"TransfoXLConfig.max_position_embeddings must be positive or -1 (no limit), got "
                              f"{self.max_position_embeddings!r}")
         if self.mem_len < 0:
             raise ValueError(f"TransfoXLConfig.mem_len must be >= 0 (0: no memory), got {self.mem_len!r}")

@@ -333,6 +333,21 @@ class AdaptiveEmbedding(nn.Module):
                 self.emb_layers.append(nn.Embedding(end - start, d_cluster))
                 self.emb_projs.append(nn.Parameter(torch.zeros(config.d_model, d_cluster)))
 
+    def __getattr__(self, name):
+        """``weight`` and ``embedding_dim``, what clients read of ``get_input_embeddings()`` (transformers' example
+        scripts, resizing): the one table's when there is one (``div_val`` 1, with or without cutoffs); an adaptive
+        embedding of several tables says what it has instead."""
+        if name in ("weight", "embedding_dim"):
+            tables = super().__getattr__("emb_layers")
+            if len(tables) == 1:
+                return getattr(tables[0], name)
+            raise AttributeError(
+                f"transfo-xl's adaptive input embedding (div_val={self.div_val}) has no single {name}: it holds one "
+                f"table per cluster, emb_layers[i].weight of d_embed // div_val**i columns, projected to d_model "
+                f"{self.d_model}; its vocabulary size is num_embeddings ({self.num_embeddings}, config.vocab_size), "
+                f"and model.resize_token_embeddings(n) resizes it (a model with div_val=1 has a single table)")
+        return super().__getattr__(name)
+
     def forward(self, input_ids):
         if self.div_val == 1:
             embedded = self.emb_layers[0](input_ids)
@@ -420,6 +435,12 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
             in_tail = tail.gather(1, (targets[rows] - start)[:, None]).squeeze(1)
             nll[rows] = -(head[rows, head_size + cluster - 1] + in_tail)
         return nll
+
+
+def has_left_padding(attention_mask) -> bool:
+    """A 0 (padding) before a 1 (a token) in some row of ``attention_mask`` ``[batch, seq]``."""
+    mask = attention_mask.bool()
+    return bool((mask[:, 1:] & ~mask[:, :-1]).any())
 
 
 def refuse_unknown_arguments(kwargs: dict, model: str):
@@ -571,8 +592,10 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
                 output_hidden_states=None, mem_key_values=None, use_cache=None, mem_len=None,
                 clamp_len=None, same_length=None, **kwargs) -> TransfoXLModelOutput | tuple:
         """input_ids ``[batch, seq]`` (or inputs_embeds ``[batch, seq, d_model]``); mems from the previous
-        segment's output. ``attention_mask`` may only mark every token (Transformer-XL has no padding
-        mask: pad on the right, where causal attention never reaches).
+        segment's output. ``attention_mask`` may mark padding on the right only (Transformer-XL has no padding
+        mask: causal attention never reaches right padding, so the real tokens' states are those of each row alone,
+        as sentence-transformers' and pipelines' padded batches need; the padding's own states are not meaningful,
+        and a padded batch's ``mems`` hold them, so continue only unpadded segments). Left padding is refused.
 
         ``mem_len``, ``clamp_len``, ``same_length`` override the config's for this call (e.g. evaluating with a
         longer memory than in training) without changing the model.
@@ -587,9 +610,9 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
                                 else self.config.output_hidden_states)
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("give exactly one of input_ids and inputs_embeds")
-        if attention_mask is not None and not bool(attention_mask.bool().all()):
-            raise ValueError("transfo-xl has no padding mask: attention_mask must be all ones; pad on the right "
-                             "(causal attention never reaches the padding)")
+        if attention_mask is not None and has_left_padding(attention_mask):
+            raise ValueError("transfo-xl has no padding mask: pad on the right, where causal attention never reaches "
+                             "the padding (this attention_mask has padding before a token)")
         hidden = self.word_emb(input_ids) if inputs_embeds is None else inputs_embeds
         batch_size, qlen = hidden.shape[:2]
         if mems is not None and len(mems) == 0:

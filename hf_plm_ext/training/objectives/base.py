@@ -57,20 +57,28 @@ def check_probability(name: str, value: float):
         raise UserInputError(f"--{name} must be in (0, 1), got {value}")
 
 
+def special_token_ids(tokenizer) -> dict:
+    """``pad/bos/eos_token_id`` as ``tokenizer`` has them (None where it has none): a fresh config's, so that
+    padding, generation and the clients that read the config (lm-eval, pipelines) use the tokens the model is
+    trained with, not a family's defaults."""
+    return {f"{name}_token_id": getattr(tokenizer, f"{name}_token_id") for name in ("pad", "bos", "eos")}
+
+
 def encoder_config(model_type: str, tokenizer, max_seq_length: int):
     """A fresh config of family ``model_type`` sized for ``tokenizer`` and ``max_seq_length``."""
     from hf_plm_ext.registry import supported_model_types
 
     if model_type not in supported_model_types():
         raise UserInputError(f"unknown --model_type {model_type!r}; choose one of {supported_model_types()}")
-    return AutoConfig.for_model(model_type, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+    return AutoConfig.for_model(model_type, vocab_size=len(tokenizer), **special_token_ids(tokenizer),
                                 max_position_embeddings=max(512, max_seq_length))
 
 
 class Objective:
     """A pre-training objective. Subclasses set the class attributes and override the hooks they need.
 
-    ``pretrain()`` calls, in order: :meth:`fresh_config` (a fresh model) or :meth:`check_checkpoint` and
+    ``pretrain()`` calls, in order: :meth:`prepare_tokenizer`, :meth:`fresh_config` (a fresh model) or
+    :meth:`check_checkpoint` and
     :meth:`configure_checkpoint` (``--model``), :meth:`collator`, :meth:`build_data`,
     :meth:`configure_training`, :meth:`trainer_kwargs`, and after training :meth:`extra_results`.
     """
@@ -92,8 +100,13 @@ class Objective:
                             f"{type(args).__name__}")
         self.args = args
 
+    def prepare_tokenizer(self, tokenizer):
+        """Name the special tokens the objective's data uses where the tokenizer leaves them unnamed (e.g. the
+        token that ends a causal LM's text as ``eos_token``); the tokenizer is saved with the model."""
+
     def fresh_config(self, tokenizer):
-        """The config of a fresh model (before ``--config_overrides``)."""
+        """The config of a fresh model (before ``--config_overrides``); its special-token ids are the tokenizer's
+        (:func:`special_token_ids`)."""
         raise NotImplementedError
 
     def check_checkpoint(self, config, where: str):

@@ -11,7 +11,7 @@ from hf_plm_ext.data.replaced_token_detection import SpecialTokensMaskCollator, 
 from hf_plm_ext.data.token_blocks import token_blocks
 from hf_plm_ext.errors import UserInputError, last_line
 from hf_plm_ext.training.checks import check_sequence_length
-from hf_plm_ext.training.objectives.base import MaskedInputArguments, Objective
+from hf_plm_ext.training.objectives.base import MaskedInputArguments, Objective, special_token_ids
 from hf_plm_ext.training.objectives.mlm import MaskedLM
 
 
@@ -40,7 +40,7 @@ class ElectraRTD(Objective):
                                  f"needs one")
         try:
             config = ElectraRTDConfig.from_size(self.args.size, vocab_size=len(tokenizer),
-                                                pad_token_id=tokenizer.pad_token_id,
+                                                **special_token_ids(tokenizer),
                                                 mask_token_id=tokenizer.mask_token_id,
                                                 mask_prob=self.args.mlm_probability)
         except (ValueError, StrictDataclassError) as err:

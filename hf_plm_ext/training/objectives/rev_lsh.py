@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, DataCollatorForLanguageModeling
 
 from hf_plm_ext.errors import UserInputError
-from hf_plm_ext.training.objectives.base import MaskedInputArguments
+from hf_plm_ext.training.objectives.base import MaskedInputArguments, special_token_ids
 from hf_plm_ext.training.objectives.mlm import MaskedLM
 
 SIZES = ("tiny", "small", "base")
@@ -46,13 +46,21 @@ class RevLSHPretraining(MaskedLM):
     def head(self):
         return AutoModelForCausalLM if self.args.causal else AutoModelForMaskedLM
 
+    def prepare_tokenizer(self, tokenizer):
+        """A causal model's text is ``[CLS] ... [SEP]`` blocks: those are its bos and eos (generation stops at eos;
+        lm-eval reads both)."""
+        if self.args.causal:
+            for name, block_token in (("bos_token", tokenizer.cls_token), ("eos_token", tokenizer.sep_token)):
+                if getattr(tokenizer, name) is None and block_token is not None:
+                    setattr(tokenizer, name, block_token)
+
     def fresh_config(self, tokenizer):
         from hf_plm_ext.modeling.rev_lsh import RevLSHConfig
 
         if not self.args.causal and tokenizer.mask_token_id is None:
             raise UserInputError("masked-LM pre-training needs a tokenizer with a mask token; pass --causal for "
                                  "next-token prediction")
-        return RevLSHConfig.from_size(self.args.size, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
+        return RevLSHConfig.from_size(self.args.size, vocab_size=len(tokenizer), **special_token_ids(tokenizer),
                                       max_position_embeddings=max(4096, self.args.max_seq_length),
                                       is_decoder=self.args.causal, num_hashes=self.args.num_hashes or 2)
 

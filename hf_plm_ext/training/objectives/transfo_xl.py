@@ -8,8 +8,9 @@ from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoModelForCausalLM, default_data_collator
 
 from hf_plm_ext.data.segment_streams import StreamSegments, eos_id, tokenize_stream
+from hf_plm_ext.data.tokenizer_training import pad_with_eos
 from hf_plm_ext.errors import UserInputError, last_line
-from hf_plm_ext.training.objectives.base import Objective, PretrainArguments
+from hf_plm_ext.training.objectives.base import Objective, PretrainArguments, special_token_ids
 from hf_plm_ext.modeling.transfo_xl.configuration_transfo_xl import FRESH_DEFAULTS
 from hf_plm_ext.training.segment_memory import SegmentMemoryTrainer
 
@@ -56,6 +57,14 @@ class TransfoXLLanguageModel(Objective):
     demo_training = dict(per_device_train_batch_size=16, per_device_eval_batch_size=16, learning_rate=1e-3,
                          max_grad_norm=0.25)
 
+    def prepare_tokenizer(self, tokenizer):
+        """The token that ends every line of the stream is the tokenizer's eos (generation stops there), and pads
+        where the tokenizer has no pad token (clients pad batches)."""
+        if tokenizer.eos_token is None:
+            tokenizer.eos_token = tokenizer.convert_ids_to_tokens(eos_id(tokenizer))
+        if tokenizer.pad_token is None:
+            pad_with_eos(tokenizer)
+
     def fresh_config(self, tokenizer):
         from hf_plm_ext.modeling.transfo_xl import TransfoXLConfig
 
@@ -66,7 +75,7 @@ class TransfoXLLanguageModel(Objective):
             memory = {} if args.mem_len is None else {"mem_len": args.mem_len}
             return TransfoXLConfig.from_size(
                 args.size, vocab_size=vocab_size, cutoffs=cutoffs, adaptive=bool(cutoffs),
-                eos_token_id=eos_id(tokenizer), pad_token_id=tokenizer.pad_token_id, **memory)
+                **{**special_token_ids(tokenizer), "eos_token_id": eos_id(tokenizer)}, **memory)
         except (ValueError, StrictDataclassError) as err:
             raise UserInputError(f"transfo-xl model: {last_line(err)}") from None
 
