@@ -350,9 +350,10 @@ def run_spelling_correction(args, out):
 
     started = _step(5, "reload the class the checkpoint's auto_map names, in a process without hf_plm_ext")
     reloaded = reload_in_fresh_process(out / "csc", CSC_SENTENCES, CSC_RELOAD_SCRIPT)
-    batch = corrector.tokenizer(CSC_SENTENCES, padding=True, return_tensors="pt")
+    pipe = corrector.pipeline
+    batch = pipe.tokenizer(CSC_SENTENCES, padding=True, return_tensors="pt")
     with torch.no_grad():
-        expected = corrector.model(**batch.to(corrector.device)).correction_logits.cpu()
+        expected = pipe.model(**batch.to(pipe.device)).correction_logits.cpu()
     max_diff = (expected - torch.tensor(reloaded["logits"])).abs().max().item()
     print(f"loaded as {reloaded['class']}; max |logit difference| vs. this process: {max_diff:.2e}")
     table.append(("reload", f"remote code, max logit diff {max_diff:.1e}", time.perf_counter() - started))

@@ -42,8 +42,9 @@ def dataclasses_from(namespace):
     if values.get("use_cpu") and (values.get("fsdp") or os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true"):
         # accelerate 1.15 shards only on accelerators (AcceleratorState: FSDP for MULTI_GPU and its kind, not
         # MULTI_CPU); on the CPU the same run trains as plain DDP, with no warning
-        raise UserInputError("FSDP needs GPUs (or another accelerator): on the CPU accelerate would train with plain "
-                             "DDP instead; drop --fsdp (or the FSDP accelerate config), or run where there is one")
+        raise UserInputError("the Trainer's FSDP needs GPUs (or another accelerator): on the CPU accelerate would "
+                             "train with plain DDP instead; drop --fsdp (or the FSDP accelerate config), or shard "
+                             "with FSDP2 yourself: hf_plm_ext.training.sharding (README, 'Several processes')")
     instances = []
     for dataclass_type in namespace.dataclass_types:
         names = {f.name for f in dataclasses.fields(dataclass_type) if f.init}

@@ -172,3 +172,58 @@ def test_macbert_pretraining_bfloat16_step_on_cuda():
     out.loss.backward()
     assert torch.isfinite(out.loss)
     assert model.bert.embeddings.word_embeddings.weight.grad.abs().sum() > 0
+
+
+FSDP_RUNS = {  # a pre-training objective per family whose layers the Trainer's FSDP2 wraps, and its flags
+    "mlm": ["--model_type", "macbert", "--config_overrides",
+            "hidden_size=32,num_hidden_layers=2,num_attention_heads=2,intermediate_size=37", "--max_seq_length", "32"],
+    "electra": ["--size", "tiny", "--max_seq_length", "32"],
+    "transfo-xl": ["--size", "tiny", "--tgt-len", "16", "--mem-len", "16"],
+    "rev-lsh": ["--size", "tiny", "--max_seq_length", "64"],
+}
+
+
+@pytest.mark.parametrize("objective", list(FSDP_RUNS))
+def test_the_trainer_shards_every_family_with_fsdp2(objective, tmp_path, english_tokenizer_dir):
+    """The Trainer's --fsdp (accelerate's FSDP2) on the GPU, one process: the units are hf_plm_ext.training.sharding's
+    (the families' layers; for rev-lsh the blocks its reversible backward recomputes), and the saved model loads."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from importlib.resources import files
+
+    from transformers import AutoConfig
+
+    from hf_plm_ext import FAMILIES
+    from hf_plm_ext.training.sharding import shard_units
+
+    corpus = files("hf_plm_ext") / "demo_data" / "alice.txt"
+    tokenizer = english_tokenizer_dir
+    if objective == "transfo-xl":
+        from hf_plm_ext.data.tokenizer_training import train_tokenizer
+
+        tokenizer = tmp_path / "words"
+        train_tokenizer([str(corpus)], "words", vocab_size=2000).save_pretrained(str(tokenizer))
+    # the units: from a tiny model of the objective (its head class, a fresh config)
+    probe = tmp_path / "probe"
+    subprocess.run([sys.executable, "-m", "hf_plm_ext_cli", "pretrain", objective, "--corpus", str(corpus),
+                    "--tokenizer", str(tokenizer), "--output", str(probe), "--max_steps", "1",
+                    "--per_device_train_batch_size", "2", "--save_strategy", "no", *FSDP_RUNS[objective]],
+                   check=True, capture_output=True)
+    config = AutoConfig.from_pretrained(probe)
+    head = next(cls for cls in FAMILIES[type(config)].values() if cls.__name__ == config.architectures[0])
+    units = sorted({type(unit).__name__ for unit in shard_units(head(config))})
+    fsdp_config = tmp_path / "fsdp.json"
+    fsdp_config.write_text(json.dumps({"fsdp_version": 2, "transformer_layer_cls_to_wrap": units}))
+    out = tmp_path / "sharded"
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "-m",
+                           "hf_plm_ext_cli", "pretrain", objective, "--corpus", str(corpus), "--tokenizer",
+                           str(tokenizer), "--output", str(out), "--max_steps", "3", "--per_device_train_batch_size",
+                           "2", "--save_strategy", "no", "--fsdp", "full_shard auto_wrap", "--fsdp_config",
+                           str(fsdp_config), *FSDP_RUNS[objective]],
+                          capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = json.loads((out / "pretrain_results.json").read_text())
+    assert math.isfinite(results["final_eval_loss"])
+    assert head.from_pretrained(out).num_parameters() == results["num_parameters"]

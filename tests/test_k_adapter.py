@@ -83,13 +83,13 @@ def test_the_adapters_chain_over_the_backbone_layers_and_fuse_as_the_paper():
         fused = fusion.combine(torch.cat([dense(torch.cat([hidden[-1], state], -1))
                                           for dense, state in zip(fusion.per_adapter, states)], -1))
     torch.testing.assert_close(outputs.last_hidden_state, fused)
-    torch.testing.assert_close(outputs.adapter_states[1], states[1])
+    torch.testing.assert_close(outputs.adapter_states[:, 1], states[1])
     assert len(outputs.hidden_states) == 4  # the backbone's: embeddings + 3 layers
     add = KAdapterModel(tiny_k_adapter(fusion="add")).eval()
     with torch.no_grad():
         out = add(inputs)
         torch.testing.assert_close(out.last_hidden_state, add.fusion.dense(out.backbone_last_hidden_state
-                                                                           + sum(out.adapter_states)))
+                                                                           + out.adapter_states.sum(1)))
 
 
 def test_training_moves_the_adapters_fusion_and_head_and_never_the_backbone(tmp_path):

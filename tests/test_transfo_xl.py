@@ -9,7 +9,7 @@ from huggingface_hub.errors import StrictDataclassError
 from safetensors.torch import load_file
 from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
 
-from hf_plm_ext import TransfoXLForSequenceClassification, TransfoXLLMHeadModel
+from hf_plm_ext import TransfoXLConfig, TransfoXLForSequenceClassification, TransfoXLLMHeadModel
 from hf_plm_ext.modeling.transfo_xl.fast_transfo_xl import (SoftmaxNLL, is_plain_linear, reassociated_position_scores,
                                                               softmax_nll_without_grad)
 from hf_plm_ext.modeling.transfo_xl.modeling_transfo_xl import (Dropout, rel_shift, relative_attention_scores,
@@ -516,15 +516,17 @@ def test_bad_config_fields_are_named(fields, message):
         tiny_config(**fields)
 
 
-def test_config_has_the_fields_generation_reads_and_minus_one_means_no_limit():
+def test_config_has_the_fields_generation_reads_and_no_length_limit_unless_given(tmp_path):
     config = tiny_config()
-    # -1, as transformers 4.x's Transformer-XL and XLNet report it: an int clients compare (sentence-transformers
-    # reads -1 as no limit)
-    assert config.use_cache is True and config.bos_token_id is None and config.max_position_embeddings == -1
-    assert tiny_config(max_position_embeddings=None).max_position_embeddings == -1  # this package's earlier configs
-    assert tiny_config(max_position_embeddings=256, bos_token_id=3).max_position_embeddings == 256
-    for bad in (0, -2):
-        with pytest.raises(StrictDataclassError, match="max_position_embeddings"):
+    # no limit: no attribute, so clients take the tokenizer's or their own (4.x's -1 and the earlier None too)
+    assert config.use_cache is True and config.bos_token_id is None
+    for no_limit in (None, -1):
+        assert not hasattr(tiny_config(max_position_embeddings=no_limit), "max_position_embeddings")
+    limited = tiny_config(max_position_embeddings=256, bos_token_id=3)
+    limited.save_pretrained(tmp_path)
+    assert TransfoXLConfig.from_pretrained(tmp_path).max_position_embeddings == 256
+    for bad in (0, -2, 1.5):
+        with pytest.raises((ValueError, StrictDataclassError), match="max_position_embeddings"):
             tiny_config(max_position_embeddings=bad)
 
 

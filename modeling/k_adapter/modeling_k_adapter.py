@@ -28,13 +28,14 @@ class KAdapterModelOutput(ModelOutput):
     """
     last_hidden_state: ``[batch, seq, hidden]``, the backbone's last hidden state fused with the adapters'.
     backbone_last_hidden_state: ``[batch, seq, hidden]``, the backbone's alone.
-    adapter_states: per adapter (in ``config.adapter_names`` order) its last output ``[batch, seq, hidden]``.
+    adapter_states: every adapter's last output (in ``config.adapter_names`` order), ``[batch, adapters, seq,
+        hidden]``: batch first, as the Trainer's gathering and pipelines' batching take every output.
     hidden_states, attentions: the backbone's (with ``output_hidden_states`` / ``output_attentions``).
     """
 
     last_hidden_state: torch.Tensor | None = None
     backbone_last_hidden_state: torch.Tensor | None = None
-    adapter_states: tuple[torch.Tensor, ...] | None = None
+    adapter_states: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
 
@@ -230,7 +231,7 @@ class KAdapterModel(KAdapterPreTrainedModel):
         adapter_states = tuple(self.adapters[name](hidden_states, additive_mask) for name in self.config.adapter_names)
         fused = self.fusion(hidden_states[-1], adapter_states)
         return KAdapterModelOutput(last_hidden_state=fused, backbone_last_hidden_state=hidden_states[-1],
-                                   adapter_states=adapter_states,
+                                   adapter_states=torch.stack(adapter_states, dim=1),
                                    hidden_states=hidden_states if output_hidden_states else None,
                                    attentions=outputs.attentions if output_attentions else None)
 

@@ -276,10 +276,23 @@ class RevLSHLayer(GradientCheckpointingLayer):
         return x1.detach(), x2.detach(), grad_y1, grad_x2
 
 
+def is_fsdp_unit(module) -> bool:
+    """``module`` is sharded by FSDP2 (``fully_shard``): its weights are gathered for each call."""
+    if not torch.distributed.is_available():
+        return False
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(module, FSDPModule)
+
+
 def _grads(output, input, grad_output, module, parameter_grads):
     """``(d input,)`` of ``output`` given ``grad_output``; the module's parameters' gradients go to
-    ``parameter_grads``."""
+    ``parameter_grads``, or, for a unit sharded by FSDP2, to their ``.grad``, where FSDP reduce-scatters them into
+    its shards once autograd has passed the call's input."""
     parameters = [p for p in module.parameters() if p.requires_grad]
+    if is_fsdp_unit(module):
+        torch.autograd.backward(output, grad_output, inputs=[input, *parameters])
+        return (input.grad,)
     grads = torch.autograd.grad(output, [input, *parameters], grad_output, allow_unused=True)
     for parameter, grad in zip(parameters, grads[1:]):
         if grad is not None:
@@ -334,6 +347,8 @@ class RevLSHPreTrainedModel(PreTrainedModel):
     config: RevLSHConfig
     config_class = RevLSHConfig
     base_model_prefix = "rev_lsh"
+    # the blocks the reversible backward recomputes one at a time (FSDP units, as hf_plm_ext.training.sharding makes)
+    _no_split_modules = ["RevLSHAttentionBlock", "RevLSHFeedForward"]
     supports_gradient_checkpointing = True
     _supports_sdpa = True
     accepts_loss_kwargs = False  # the heads return batch means: the Trainer scales for gradient accumulation

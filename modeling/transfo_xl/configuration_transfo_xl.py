@@ -52,9 +52,11 @@ class TransfoXLConfig(PreTrainedConfig):
         tie_word_embeddings: the softmax's cluster weights are the input embeddings.
         eos_token_id, bos_token_id, pad_token_id: special tokens (eos ends every line of the training stream).
         use_cache: ``generate`` carries the memory (and its keys and values) from step to step.
-        max_position_embeddings: a length limit clients may read (sentence-transformers, ``generate``); -1 (the
-            default, what transformers 4.x's Transformer-XL and XLNet report): none, positions are relative. None
-            (this package's earlier configs) reads as -1.
+        max_position_embeddings: a length limit for the clients that read one (sentence-transformers,
+            lm-evaluation-harness, ``generate``), set only when given: positions are relative, so by default there
+            is none and the config has no such attribute (clients then take the tokenizer's limit or their own
+            default; transformers 4.x reported -1, which lm-evaluation-harness takes for a length, and this
+            package's earlier configs None, which sentence-transformers cannot compare: both read as none).
 
     Example:
         >>> from hf_plm_ext.modeling.transfo_xl import TransfoXLConfig, TransfoXLLMHeadModel
@@ -97,14 +99,12 @@ class TransfoXLConfig(PreTrainedConfig):
     bos_token_id: int | None = None
     pad_token_id: int | None = None
     use_cache: bool = True
-    max_position_embeddings: int | None = -1
     tie_word_embeddings: bool = True
     tie_projs: list[bool] | None = None
 
     def __post_init__(self, **kwargs):
         self.cutoffs = list(self.cutoffs)
-        if self.max_position_embeddings is None:
-            self.max_position_embeddings = -1  # no limit, as an int clients can compare (4.x's and XLNet's value)
+        length_limit = kwargs.pop("max_position_embeddings", None)
         if self.cutoffs and not self.adaptive and str(self.transformers_version).startswith("4."):
             # 4.x stored `adaptive` but never read it: its models always had the adaptive input and softmax
             logger.warning(f"This config was written by transformers {self.transformers_version}, whose Transfo-XL "
@@ -114,6 +114,8 @@ class TransfoXLConfig(PreTrainedConfig):
         # transformers 4.x derived tie_projs from proj_share_all_but_first and saved both.
         self.tie_projs = [False] + [self.proj_share_all_but_first] * len(self.cutoffs)
         super().__post_init__(**kwargs)
+        if length_limit not in (None, -1):  # (-1: 4.x's "none")
+            self.max_position_embeddings = length_limit
         family_auto_map = getattr(type(self), "_family_auto_map", None)  # see MacBertConfig
         if family_auto_map and getattr(self, "auto_map", None) is None:
             self.auto_map = dict(family_auto_map)
@@ -137,9 +139,10 @@ class TransfoXLConfig(PreTrainedConfig):
         for name in ("vocab_size", "d_model", "d_embed", "n_head", "d_head", "d_inner", "n_layer", "div_val"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"TransfoXLConfig.{name} must be positive, got {getattr(self, name)!r}")
-        if self.max_position_embeddings == 0 or self.max_position_embeddings < -1:
-            raise ValueError(f"TransfoXLConfig.max_position_embeddings must be positive or -1 (no limit), got "
-                             f"{self.max_position_embeddings!r}")
+        length_limit = getattr(self, "max_position_embeddings", None)
+        if length_limit is not None and (not isinstance(length_limit, int) or length_limit < 1):
+            raise ValueError(f"TransfoXLConfig.max_position_embeddings must be a positive int, or not given (no "
+                             f"limit), got {length_limit!r}")
         if self.mem_len < 0:
             raise ValueError(f"TransfoXLConfig.mem_len must be >= 0 (0: no memory), got {self.mem_len!r}")
         if self.attn_type != 0:

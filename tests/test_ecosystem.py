@@ -1,0 +1,283 @@
+"""The ecosystem's own tools on every family, with the real clients: transformers' example-script calls,
+``pipeline()``, sentence-transformers, PEFT's defaults and lm-evaluation-harness, on checkpoints this package
+writes, with ``import hf_plm_ext`` and in a process where it cannot be imported (``trust_remote_code`` alone)."""
+
+import json
+import os
+import subprocess
+import sys
+from importlib.resources import files
+from pathlib import Path
+
+import pytest
+import torch
+
+import hf_plm_ext  # noqa: F401  (registers the families and the spelling-correction pipeline)
+from hf_plm_ext import (
+    ElectraForRTDPreTraining,
+    ElectraRTDConfig,
+    MacBertForMaskedLM,
+    MacBertForSpellingCorrection,
+    RevLSHConfig,
+    RevLSHForMaskedLM,
+    TransfoXLConfig,
+    TransfoXLLMHeadModel,
+)
+from hf_plm_ext.data.tokenizer_training import train_tokenizer
+
+from conftest import tiny_macbert_config
+from ecosystem_clients import run_plan
+
+ALICE = str(files("hf_plm_ext") / "demo_data" / "alice.txt")
+CLIENTS_SCRIPT = Path(__file__).with_name("ecosystem_clients.py")
+ENCODER_PIPELINES = ["fill-mask", "text-classification", "feature-extraction"]
+CAUSAL_PIPELINES = ["text-generation", "text-classification", "feature-extraction"]
+# checkpoint -> the clients that apply to it (a client's arguments after the path)
+PLAN = {
+    "macbert": {"run_glue": [], "run_mlm": [], "pipelines": [ENCODER_PIPELINES], "sentence_transformers": []},
+    "electra-rtd": {"run_glue": [], "pipelines": [["text-classification", "feature-extraction"]],
+                    "sentence_transformers": []},
+    "transfo-xl": {"run_glue": [], "run_clm": [], "pipelines": [CAUSAL_PIPELINES], "sentence_transformers": []},
+    "transfo-xl-adaptive": {"run_clm": []},
+    "rev-lsh": {"run_glue": [], "run_mlm": [], "pipelines": [ENCODER_PIPELINES], "sentence_transformers": []},
+    "rev-lsh-causal": {"run_glue": [], "run_clm": [], "pipelines": [CAUSAL_PIPELINES], "sentence_transformers": []},
+    "k-adapter": {"run_glue": [], "pipelines": [["text-classification", "feature-extraction"]],
+                  "sentence_transformers": []},
+    "csc": {"pipelines": [["spelling-correction", "fill-mask"]]},
+}
+WIDTHS = {"macbert": 32, "electra-rtd": 128, "transfo-xl": 128, "rev-lsh": 32, "rev-lsh-causal": 32, "k-adapter": 32}
+CLASSIFIERS = {"macbert": "MacBertForSequenceClassification", "electra-rtd": "ElectraRTDForSequenceClassification",
+               "transfo-xl": "TransfoXLForSequenceClassification", "rev-lsh": "RevLSHForSequenceClassification",
+               "rev-lsh-causal": "RevLSHForSequenceClassification", "k-adapter": "KAdapterForSequenceClassification"}
+
+
+def cli(*argv):
+    from hf_plm_ext_cli.main import main
+
+    main([str(a) for a in argv])
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory, english_tokenizer_dir, shared_data):
+    """One checkpoint per family (and variant), as this package writes them: the causal language models and the
+    K-Adapter by the command line, the others saved from a tiny config with their tokenizer."""
+    from transformers import AutoTokenizer
+
+    root = tmp_path_factory.mktemp("ecosystem")
+    wordpiece = AutoTokenizer.from_pretrained(english_tokenizer_dir)
+    words = root / "words"
+    train_tokenizer([ALICE], "words", vocab_size=2000).save_pretrained(str(words))
+    chinese = train_tokenizer([str(shared_data / "corpus/zh/zhwiki_bert_sampled.txt")], "wordpiece",
+                              vocab_size=3000, model_max_length=64)
+
+    def save(name, model, tokenizer):
+        model.save_pretrained(root / name)
+        tokenizer.save_pretrained(str(root / name))
+
+    torch.manual_seed(0)
+    save("macbert", MacBertForMaskedLM(tiny_macbert_config(vocab_size=len(wordpiece))), wordpiece)
+    save("electra-rtd", ElectraForRTDPreTraining(ElectraRTDConfig.from_size(
+        "tiny", vocab_size=len(wordpiece), mask_token_id=wordpiece.mask_token_id)), wordpiece)
+    save("transfo-xl-adaptive", TransfoXLLMHeadModel(TransfoXLConfig.from_size(
+        "tiny", vocab_size=len(AutoTokenizer.from_pretrained(words)), cutoffs=[500, 1000], adaptive=True,
+        div_val=2)), AutoTokenizer.from_pretrained(words))
+    save("rev-lsh", RevLSHForMaskedLM(RevLSHConfig.from_size("tiny", vocab_size=len(wordpiece))), wordpiece)
+    save("csc", MacBertForSpellingCorrection(tiny_macbert_config(vocab_size=len(chinese))), chinese)
+    common = ["--max_steps", 1, "--per_device_train_batch_size", 2, "--disable_tqdm", "true", "--save_strategy",
+              "no", "--report_to", "none"]
+    cli("pretrain", "transfo-xl", "--corpus", ALICE, "--tokenizer", words, "--size", "tiny", "--tgt-len", 16,
+        "--mem-len", 16, "--output", root / "transfo-xl", *common)
+    cli("pretrain", "rev-lsh", "--corpus", ALICE, "--tokenizer", english_tokenizer_dir, "--size", "tiny", "--causal",
+        "true", "--max_seq_length", 64, "--output", root / "rev-lsh-causal", *common)
+    cli("k-adapter", "new", "--backbone", root / "macbert", "--adapters", "factual", "--output", root / "k-adapter")
+    return root
+
+
+def plan_for(root):
+    return {name: {"path": str(root / name), "clients": clients} for name, clients in PLAN.items()}
+
+
+@pytest.fixture(scope="module")
+def without_the_package(checkpoints, tmp_path_factory):
+    """Every client on every checkpoint in one process where ``import hf_plm_ext`` fails."""
+    work = tmp_path_factory.mktemp("clients")
+    (work / "plan.json").write_text(json.dumps(plan_for(checkpoints)))
+    env = {**os.environ, "PYTHONPATH": str(CLIENTS_SCRIPT.parent)}
+    proc = subprocess.run([sys.executable, str(CLIENTS_SCRIPT), work / "plan.json", work / "report.json"],
+                          capture_output=True, text=True, cwd=work, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads((work / "report.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def with_the_package(checkpoints):
+    return run_plan(plan_for(checkpoints), trust=False)
+
+
+def check_report(report):
+    """What every client must have done, checkpoint by checkpoint (the README's table)."""
+    for name, clients in report.items():
+        for client, result in clients.items():
+            if name == "transfo-xl-adaptive":
+                continue
+            assert "error" not in result, (name, client, result)
+            if client == "pipelines":
+                for task, output in result.items():
+                    assert "error" not in output, (name, task, output)
+    for name in PLAN:
+        clients = report[name]
+        if "run_glue" in clients:
+            assert clients["run_glue"]["model_class"] == CLASSIFIERS[name]
+        for script in ("run_mlm", "run_clm"):
+            if script in clients and name != "transfo-xl-adaptive":
+                before, after = clients[script]["rows"]
+                assert after == before + 1, (name, script)  # resized to the grown tokenizer
+                assert clients[script]["loss"] > 0
+        if "sentence_transformers" in clients:
+            st = clients["sentence_transformers"]
+            assert st["dimension"] == st["width"] == WIDTHS[name], name
+            assert st["same_after_reload"], name
+        pipes = clients.get("pipelines", {})
+        if "fill-mask" in pipes:
+            assert len(pipes["fill-mask"]["top"]) == 5
+        if "text-classification" in pipes:
+            assert len(pipes["text-classification"]["labels"]) == 4
+        if "text-generation" in pipes:
+            assert pipes["text-generation"] == {"starts_with_prompt": True, "longer": True}, name
+        if "feature-extraction" in pipes:
+            assert pipes["feature-extraction"]["width"] == WIDTHS[name], name
+    corrected = report["csc"]["pipelines"]["spelling-correction"]
+    sources = [row["source"] for row in corrected["out"]]
+    assert corrected["class"] == "SpellingCorrectionPipeline" and sources == ["我跟我朋唷打算去法国玩儿。", "hello 42"]
+    assert corrected["out"][1] == {"source": "hello 42", "target": "hello 42", "errors": []}
+    assert all(len(row["target"]) == len(row["source"]) for row in corrected["out"])
+    # an adaptive embedding (one table per cluster) has no single weight: the error says what it has instead
+    error = report["transfo-xl-adaptive"]["run_clm"]["error"]
+    assert error.startswith("AttributeError") and "transfo-xl's adaptive input embedding" in error
+    assert "num_embeddings" in error and "resize_token_embeddings" in error
+
+
+def test_the_clients_work_without_the_package(without_the_package):
+    check_report(without_the_package)
+
+
+def test_the_clients_work_with_the_package(with_the_package):
+    check_report(with_the_package)
+
+
+def test_the_spelling_pipeline_corrects_as_the_corrector(checkpoints):
+    from transformers import pipeline
+
+    from hf_plm_ext import SpellingCorrector
+
+    texts = ["我跟我朋唷打算去法国玩儿。" * 8, "下个星期，我跟我朋有打算去法国玩儿。ABC 123"]  # the first in windows
+    pipe = pipeline("spelling-correction", model=str(checkpoints / "csc"), batch_size=2)
+    assert pipe(texts, max_length=16) == SpellingCorrector.from_pretrained(str(checkpoints / "csc"), max_length=16)(texts)
+    config = json.loads((checkpoints / "csc" / "config.json").read_text())
+    assert config["custom_pipelines"]["chinese-spelling-correction"]["impl"] == \
+        "pipeline_spelling_correction.SpellingCorrectionPipeline"
+    assert (checkpoints / "csc" / "pipeline_spelling_correction.py").is_file()
+
+
+@pytest.mark.parametrize("name", ["macbert", "electra-rtd", "transfo-xl", "rev-lsh", "rev-lsh-causal", "k-adapter"])
+def test_peft_lora_finds_its_targets_in_every_family(name, checkpoints, tmp_path):
+    """``LoraConfig(task_type=...)`` without target_modules, as PEFT users write it for BERT. PEFT trains and saves
+    a classifier named ``classifier`` or ``score``; K-Adapter's head (RoBERTa's ``dense`` + ``out_proj``) is named
+    by hand (README)."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    path = checkpoints / name
+    tokenizer = AutoTokenizer.from_pretrained(path)
+
+    def classifier():
+        torch.manual_seed(0)  # the new head starts the same at every load
+        return AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
+
+    head = ["dense", "out_proj"] if name == "k-adapter" else None
+    model = get_peft_model(classifier(), LoraConfig(task_type="SEQ_CLS", modules_to_save=head))
+    trained_head = [n for n, p in model.named_parameters() if p.requires_grad and "lora_" not in n]
+    assert trained_head, name  # the new classifier trains beside the adapter
+    lora_layers = [n for n, _ in model.named_modules() if n.endswith("lora_A.default")]
+    assert lora_layers, name
+    inputs = tokenizer(["the rabbit ran", "a cat"], padding=True, return_tensors="pt")
+    out = model(**inputs, labels=torch.tensor([0, 1]))
+    out.loss.backward()
+    assert all(p.grad is not None for n, p in model.named_parameters() if "lora_" in n and p.requires_grad)
+    torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0).step()
+    model.save_pretrained(tmp_path)  # the adapter and the trained head (PEFT's modules_to_save)
+    model.eval()
+    reloaded = PeftModel.from_pretrained(classifier(), tmp_path).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(**inputs).logits, model(**inputs).logits)
+        with model.disable_adapter():  # what the adapter and the trained head changed
+            assert not torch.allclose(model(**inputs).logits, reloaded(**inputs).logits)
+
+
+def test_lm_eval_harness_scores_a_causal_folder_without_the_package(checkpoints, tmp_path):
+    """``lm_eval --model hf`` (loglikelihood, generation until eos, rolling perplexity) on local tasks."""
+    lines = [line.strip() for line in Path(ALICE).read_text(encoding="utf-8").splitlines() if len(line.split()) > 8]
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    rows = {"choice": [{"question": " ".join(line.split()[:-1]), "choices": [line.split()[-1], "rabbit"],
+                        "answer": 0} for line in lines[:4]],
+            "generate": [{"prompt": " ".join(line.split()[:5]), "target": line.split()[5]} for line in lines[:4]],
+            "text": [{"text": line} for line in lines[4:8]]}
+    for name, records in rows.items():
+        (tasks / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    task_yaml = {
+        "choice": ('output_type: multiple_choice\ndoc_to_text: "{{question}}"\ndoc_to_choice: "{{choices}}"\n'
+                   'doc_to_target: "{{answer}}"\nmetric_list:\n  - metric: acc\n'),
+        "generate": ('output_type: generate_until\ndoc_to_text: "{{prompt}}"\ndoc_to_target: "{{target}}"\n'
+                     'generation_kwargs:\n  until: ["\\n"]\n  max_gen_toks: 4\n  do_sample: false\n'
+                     'metric_list:\n  - metric: exact_match\n'),
+        "text": 'output_type: loglikelihood_rolling\ndoc_to_text: ""\ndoc_to_target: "{{text}}"\n'
+                'metric_list:\n  - metric: word_perplexity\n',
+    }
+    for name, body in task_yaml.items():
+        (tasks / f"{name}.yaml").write_text(f"task: hfplm_{name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n"
+                                            f"    test: {tasks / name}.jsonl\ntest_split: test\n{body}")
+    code = ("import sys; sys.modules['hf_plm_ext'] = None\n"
+            "from lm_eval.__main__ import cli_evaluate\n"
+            "sys.argv = ['lm_eval'] + sys.argv[1:]\n"
+            "cli_evaluate()\n")
+    for name in ("rev-lsh-causal", "transfo-xl"):
+        out = tmp_path / f"results-{name}"
+        proc = subprocess.run([sys.executable, "-c", code, "--model", "hf", "--model_args",
+                               f"pretrained={checkpoints / name},trust_remote_code=True", "--tasks",
+                               "hfplm_choice,hfplm_generate,hfplm_text", "--include_path", str(tasks), "--device",
+                               "cpu", "--batch_size", "2", "--output_path", str(out)],
+                              capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        assert proc.returncode == 0, (name, proc.stderr[-4000:])
+        results = json.loads(next(out.rglob("results_*.json")).read_text())["results"]
+        assert 0.0 <= results["hfplm_choice"]["acc,none"] <= 1.0
+        assert "exact_match,none" in results["hfplm_generate"]
+        assert results["hfplm_text"]["word_perplexity,none"] > 1.0
+
+
+def test_finetune_glue_pads_a_causal_tokenizer_with_eos(checkpoints, tmp_path, shared_data):
+    """A Transformer-XL with a words tokenizer (no pad token of its own): padded with its eos, the classifier
+    pooling each row's last token; the pad is recorded in the saved config and tokenizer."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    cli("finetune", "glue", "--task", "sst2", "--model", checkpoints / "transfo-xl", "--data-dir",
+        shared_data / "glue/SST-2", "--max_train_samples", 16, "--max_steps", 2, "--per_device_train_batch_size", 4,
+        "--output", tmp_path / "sst2", "--disable_tqdm", "true", "--report_to", "none")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "sst2")
+    assert tokenizer.pad_token == tokenizer.eos_token == "<eos>"
+    assert AutoConfig.from_pretrained(tmp_path / "sst2").pad_token_id == tokenizer.eos_token_id
+    assert json.loads((tmp_path / "sst2" / "eval_results.json").read_text())["results"]
+
+
+def test_pretraining_takes_the_special_tokens_from_its_tokenizer(checkpoints):
+    """What lm-eval and generation read: a causal rev-lsh's bos / eos are its blocks' [CLS] / [SEP]."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    for name in ("rev-lsh-causal", "transfo-xl"):
+        config = AutoConfig.from_pretrained(checkpoints / name)
+        tokenizer = AutoTokenizer.from_pretrained(checkpoints / name)
+        assert tokenizer.eos_token is not None
+        assert (config.bos_token_id, config.eos_token_id, config.pad_token_id) == \
+            (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id), name
+    tokenizer = AutoTokenizer.from_pretrained(checkpoints / "rev-lsh-causal")
+    assert (tokenizer.bos_token, tokenizer.eos_token) == ("[CLS]", "[SEP]")
