@@ -281,3 +281,20 @@ def test_pretraining_takes_the_special_tokens_from_its_tokenizer(checkpoints):
             (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id), name
     tokenizer = AutoTokenizer.from_pretrained(checkpoints / "rev-lsh-causal")
     assert (tokenizer.bos_token, tokenizer.eos_token) == ("[CLS]", "[SEP]")
+
+
+def test_finetune_glue_refuses_a_tokenizer_with_nothing_to_pad_with(tmp_path, shared_data, capsys):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from conftest import run_cli
+
+    backend = Tokenizer(models.WordLevel({"<unk>": 0, "the": 1, "film": 2}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>").save_pretrained(str(tmp_path / "xl"))
+    TransfoXLLMHeadModel(TransfoXLConfig.from_size("tiny", vocab_size=3)).save_pretrained(tmp_path / "xl")
+    capsys.readouterr()  # (the save's progress bar)
+    code, _, stderr = run_cli(["finetune", "glue", "--task", "sst2", "--model", tmp_path / "xl", "--data-dir",
+                               shared_data / "glue/SST-2", "--output", tmp_path / "out"], capsys)
+    assert code == 2 and "neither a pad nor an eos token" in stderr and len(stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()

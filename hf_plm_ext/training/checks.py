@@ -140,6 +140,6 @@ def check_tokenizer_fits(tokenizer, model, where):
 def check_sequence_length(model, max_seq_length):
     """Longer inputs than the position table would crash deep inside ``forward``."""
     positions = getattr(model.config, "max_position_embeddings", None)
-    if positions is not None and 0 < positions < max_seq_length:  # (-1: no limit, as Transformer-XL's)
+    if positions is not None and 0 < positions < max_seq_length:  # (-1: no limit, as XLNet's)
         raise UserInputError(f"--max_seq_length {max_seq_length} exceeds the model's max_position_embeddings "
                              f"({positions})")

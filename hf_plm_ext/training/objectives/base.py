@@ -78,8 +78,7 @@ class Objective:
     """A pre-training objective. Subclasses set the class attributes and override the hooks they need.
 
     ``pretrain()`` calls, in order: :meth:`prepare_tokenizer`, :meth:`fresh_config` (a fresh model) or
-    :meth:`check_checkpoint` and
-    :meth:`configure_checkpoint` (``--model``), :meth:`collator`, :meth:`build_data`,
+    :meth:`check_checkpoint` and :meth:`configure_checkpoint` (``--model``), :meth:`collator`, :meth:`build_data`,
     :meth:`configure_training`, :meth:`trainer_kwargs`, and after training :meth:`extra_results`.
     """
 
