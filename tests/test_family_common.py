@@ -4,12 +4,14 @@ Table-driven (``tests/family_common.py``), in the manner of transformers' ``Mode
 parametrised tests. A check that a family cannot pass is a defect to fix, not a skip.
 """
 
+import dataclasses
 import json
 
 import pytest
 import torch
 import torch.nn.functional as F
 import transformers
+from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoConfig
 
 from hf_plm_ext.registry import auto_class
@@ -328,3 +330,22 @@ def test_beam_search_with_the_cache_equals_recomputing_and_a_pad_token_in_the_pr
                                                     do_sample=False))
     else:  # Transformer-XL has no padding mask: a pad token is a token
         assert torch.equal(with_pad, cached)
+
+
+@pytest.mark.parametrize("variant", list(TINY_CONFIGS))
+def test_float_fields_take_ints_as_config_files_hold_them(variant):
+    """``config.json`` files hold a dropout of 0 as ``0``: every float field the family declares takes an int, as
+    transformers' configs' dropouts do (a field whose range refuses both 0 and 1 is refused for the range, never
+    for the type). Fields inherited from transformers' own configs behave as there."""
+    config_class = type(TINY_CONFIGS[variant]())
+    declared = {name for cls in config_class.__mro__ if not cls.__module__.startswith("transformers")
+                for name in getattr(cls, "__annotations__", {})}
+    floats = [field.name for field in dataclasses.fields(config_class)
+              if field.name in declared and "float" in str(field.type)]
+    assert floats
+    for name in floats:
+        for value in (0, 1, 2):
+            try:
+                assert getattr(TINY_CONFIGS[variant](**{name: value}), name) == value
+            except (ValueError, StrictDataclassError) as err:
+                assert "expected" not in str(err), (name, str(err))  # strict's type error names what it expected

@@ -1,6 +1,8 @@
 """Reversible LSH layers and models: the reversible backward, LSH against full attention, masks, seeds, any length,
 bad configs (issue 21). The family tester covers what every model class does."""
 
+import json
+
 import pytest
 import torch
 from huggingface_hub.errors import StrictDataclassError
@@ -304,7 +306,14 @@ def test_axial_positions_give_any_length_and_follow_the_factorisation():
     axial = model.embeddings.position_embeddings
     encoding = axial(torch.tensor([[19]]))[0, 0]
     torch.testing.assert_close(encoding, torch.cat([axial.weights[0][19 // 8, 0], axial.weights[1][0, 19 % 8]]))
-
+    # a position past the 8 x 8 table is refused, as an nn.Embedding refuses an id past its rows (it would wrap)
+    ids = torch.randint(5, 99, (1, 4))
+    with pytest.raises(ValueError, match=r"position_ids must be in \[0, 64\)"):
+        model(ids, position_ids=torch.tensor([[0, 1, 2, 64]]))
+    absolute = RevLSHModel(tiny_rev_lsh())
+    with pytest.raises(ValueError, match=r"position_ids must be in \[0, 64\)"):
+        absolute(ids, position_ids=torch.tensor([[60, 61, 62, 70]]))
+    model(ids, position_ids=torch.tensor([[60, 61, 62, 63]]))  # the last ones are in
 
 def test_from_size_and_the_layer_pattern():
     config = RevLSHConfig.from_size("small", vocab_size=1000, num_hashes=4)
@@ -321,7 +330,8 @@ REFORMER = dict(vocab_size=99, hidden_size=32, num_attention_heads=2, attention_
 @pytest.mark.parametrize("architecture,overrides", [
     ("ReformerModelWithLMHead", dict(is_decoder=True, axial_pos_shape=[8, 8], axial_pos_embds_dim=[12, 20])),
     ("ReformerForMaskedLM", dict(axial_pos_shape=[8, 8], axial_pos_embds_dim=[12, 20], num_buckets=[2, 2])),
-    ("ReformerForSequenceClassification", dict(axial_pos_embds=False, num_labels=3)),
+    ("ReformerForSequenceClassification", dict(axial_pos_embds=False, num_labels=3, hidden_dropout_prob=0.0,
+                                               lsh_attention_probs_dropout_prob=0.0)),
 ])
 def test_a_transformers_reformer_checkpoint_converts_with_the_same_logits(architecture, overrides, tmp_path, capsys):
     import transformers
@@ -334,6 +344,10 @@ def test_a_transformers_reformer_checkpoint_converts_with_the_same_logits(archit
     for parameter in reformer.parameters():  # far from the init, so that every weight shows
         torch.nn.init.normal_(parameter, std=0.5)
     reformer.save_pretrained(tmp_path / "reformer")
+    saved = json.loads((tmp_path / "reformer" / "config.json").read_text())
+    # a dropout of 0 as other writers' config.json files hold it: an int
+    saved.update({name: 0 for name, value in saved.items() if name.endswith("dropout_prob") and value == 0.0})
+    (tmp_path / "reformer" / "config.json").write_text(json.dumps(saved))
     code, stdout, stderr = run_cli(["convert", "reformer", tmp_path / "reformer", tmp_path / "rev"], capsys)
     assert code == 0, stderr[-2000:]
     auto_name = {"ReformerModelWithLMHead": "AutoModelForCausalLM", "ReformerForMaskedLM": "AutoModelForMaskedLM",

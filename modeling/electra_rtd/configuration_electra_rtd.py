@@ -70,13 +70,13 @@ class ElectraRTDConfig(PreTrainedConfig):
 
     discriminator_config: dict | ElectraConfig | None = None
     generator_config: dict | ElectraConfig | None = None
-    generator_hidden_fraction: float = 0.25
-    generator_layers_fraction: float = 1.0
-    gen_weight: float = 1.0
-    disc_weight: float = 50.0
-    temperature: float = 1.0
-    mask_prob: float = 0.15
-    mask_replace_prob: float = 0.85
+    generator_hidden_fraction: float | int = 0.25
+    generator_layers_fraction: float | int = 1.0
+    gen_weight: float | int = 1.0
+    disc_weight: float | int = 50.0
+    temperature: float | int = 1.0
+    mask_prob: float | int = 0.15
+    mask_replace_prob: float | int = 0.85
     mask_token_id: int | None = None
     tie_embeddings: bool = True
     disallow_correct: bool = False

@@ -81,12 +81,12 @@ class KAdapterConfig(PreTrainedConfig):
     adapter_num_attention_heads: int = 12
     adapter_intermediate_size: int = 3072
     adapter_hidden_act: str = "gelu"
-    adapter_dropout: float = 0.1
+    adapter_dropout: float | int = 0.1
     adapter_skip_layers: int = 0
-    adapter_initializer_range: float = 0.0002
+    adapter_initializer_range: float | int = 0.0002
     fusion: str = "concat"
     frozen_adapters: list[str] | tuple[str, ...] = ()
-    classifier_dropout: float | None = None
+    classifier_dropout: float | int | None = None
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):

@@ -134,6 +134,18 @@ class RevLSHEmbeddings(nn.Module):
             self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
         self.max_position_embeddings = config.max_position_embeddings
+        # positions the table holds (axial: its shape's product); rotary ones have no table
+        self.table_size = {"axial": math.prod(config.axial_pos_shape),
+                           "absolute": config.max_position_embeddings}.get(config.position_embedding_type)
+
+    def check_positions(self, position_ids):
+        """A position past the table is refused, as ``nn.Embedding`` refuses an id past its rows (an axial table
+        would wrap it to an earlier position's embedding)."""
+        if self.table_size is None or torch.compiler.is_compiling():
+            return
+        if bool((position_ids >= self.table_size).any()) or bool((position_ids < 0).any()):
+            raise ValueError(f"position_ids must be in [0, {self.table_size}) (the position table's size), got "
+                             f"{int(position_ids.min())}..{int(position_ids.max())}")
 
     def forward(self, input_ids=None, position_ids=None, inputs_embeds=None):
         embeddings = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds
@@ -436,6 +448,8 @@ class RevLSHModel(RevLSHPreTrainedModel):
             return self._decode(input_ids, inputs_embeds, attention_mask, position_ids, cache, output_hidden_states)
         check_attention_mask(attention_mask, reference)  # here, before the padding to the chunks
         length = reference.shape[1]
+        if position_ids is not None:
+            self.embeddings.check_positions(position_ids)
         if position_ids is None:
             position_ids = torch.arange(length, device=reference.device).unsqueeze(0).expand(reference.shape[0], -1)
         input_ids, inputs_embeds, padded_mask, position_ids = self._pad_to_chunks(
@@ -472,6 +486,7 @@ class RevLSHModel(RevLSHPreTrainedModel):
         if position_ids is None:
             position_ids = torch.arange(seen, seen + new, device=reference.device).unsqueeze(0).expand(
                 reference.shape[0], -1)
+        self.embeddings.check_positions(position_ids)
         hidden = self.embeddings(input_ids, position_ids, inputs_embeds)
         multiple, shortest = chunk_multiple(self.config)
         outputs, all_hidden = [], []
