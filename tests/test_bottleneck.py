@@ -307,3 +307,108 @@ def test_what_cannot_convert_is_one_clear_error_and_nothing_is_written(changes, 
     code, _, err = run_cli(["convert", "adapterhub", folder, tmp_path / "out"], capsys)
     assert code == 2 and message in err and err.count("error:") == 1, err
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- PEFT's own checks (its custom-model tests'), reproduced
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin0, self.relu, self.lin1 = torch.nn.Linear(10, 20), torch.nn.ReLU(), torch.nn.Linear(20, 20)
+        self.head = torch.nn.Linear(20, 2)
+
+    def forward(self, x):
+        return self.head(self.lin1(self.relu(self.lin0(x))))
+
+
+class WithLayerNorm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin0, self.layernorm, self.head = torch.nn.Linear(10, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 2)
+
+    def forward(self, x):
+        return self.head(self.layernorm(self.lin0(x)))
+
+
+class WithMultiheadAttention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mha, self.head = torch.nn.MultiheadAttention(16, 2, batch_first=True), torch.nn.Linear(16, 2)
+
+    def forward(self, x):
+        return self.head(self.mha(x, x, x)[0])
+
+
+PLAIN = dict(original_ln_before=False, original_ln_after=False)  # y + adapter(y) on a module without a LayerNorm
+CUSTOM = {  # model, its input, the targets, the config (a LayerNorm takes Pfeiffer's adapter only)
+    "mlp": (MLP, (4, 10), ["lin0", "lin1"], dict(scaling=2.0, **PLAIN)),
+    "mlp-modules-to-save": (MLP, (4, 10), ["lin1"], dict(modules_to_save=["head"], **PLAIN)),
+    "layernorm": (WithLayerNorm, (4, 10), ["layernorm"], dict(original_ln_before=True, original_ln_after=True,
+                                                               residual_before_ln=True)),
+    "mha": (WithMultiheadAttention, (2, 5, 16), ["mha"], dict(reduction_factor=4, **PLAIN)),
+}
+
+
+def custom(case):
+    model_class, shape, targets, fields = CUSTOM[case]
+    torch.manual_seed(0)
+    config = BottleneckConfig(target_modules=targets, init_weights="bert", **fields)  # a non-zero adapter from the start
+    return model_class().eval(), torch.randn(*shape, generator=torch.Generator().manual_seed(1)), config
+
+
+@pytest.mark.parametrize("case", list(CUSTOM))
+def test_unload_gives_back_the_original_module_tree_and_outputs(case):
+    model, x, config = custom(case)
+    with torch.no_grad():
+        expected = model(x)
+    tree = [(name, type(module)) for name, module in model.named_modules()]
+    peft_model = get_peft_model(copy.deepcopy(model), config)
+    with torch.no_grad():
+        assert not torch.allclose(peft_model(x), expected)  # the adapter is in the way
+    unloaded = peft_model.unload()
+    assert [(name, type(module)) for name, module in unloaded.named_modules()] == tree
+    with torch.no_grad():
+        torch.testing.assert_close(unloaded(x), expected)
+    assert not hasattr(unloaded, "peft_config")
+
+
+def test_unload_of_a_feature_extraction_model_gives_back_bert():
+    torch.manual_seed(0)
+    base = transformers.BertModel(BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
+                                             num_attention_heads=2, intermediate_size=64)).eval()
+    with torch.no_grad():
+        expected = base(ids()).last_hidden_state
+    tree = [(name, type(module)) for name, module in base.named_modules()]
+    for preset in PRESETS:
+        model = get_peft_model(copy.deepcopy(base), BottleneckConfig.from_preset(
+            preset, task_type="FEATURE_EXTRACTION", init_weights="bert"))
+        unloaded = model.unload()
+        assert [(name, type(module)) for name, module in unloaded.named_modules()] == tree, preset
+        with torch.no_grad():
+            torch.testing.assert_close(unloaded(ids()).last_hidden_state, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("case", list(CUSTOM))
+def test_a_model_in_half_precision_runs_its_adapters(case, dtype):
+    """PEFT keeps the adapters in float32 on a float16 / bfloat16 model (autocast_adapter_dtype): the adapter takes
+    the input in its own dtype and gives the input's back, as LoRA's layers do."""
+    model, x, config = custom(case)
+    peft_model = get_peft_model(model.to(dtype), config)
+    assert {p.dtype for n, p in peft_model.named_parameters() if ".bn_" in n} == {torch.float32}
+    with torch.no_grad():
+        out = peft_model(x.to(dtype))
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    with torch.no_grad(), peft_model.disable_adapter():
+        assert not torch.allclose(peft_model(x.to(dtype)).float(), out.float())
+
+
+def test_wrapped_layers_expose_in_and_out_features():
+    model, _, config = custom("mlp")
+    peft_model = get_peft_model(model, config)
+    layers = {name: module for name, module in peft_model.named_modules() if isinstance(module, BottleneckLayer)}
+    assert {name.rsplit(".", 1)[-1]: (m.in_features, m.out_features) for name, m in layers.items()} == \
+        {"lin0": (10, 20), "lin1": (20, 20)}
+    with pytest.raises(ValueError, match="cannot be merged"):
+        peft_model.merge_adapter()

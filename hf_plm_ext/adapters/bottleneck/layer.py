@@ -65,7 +65,9 @@ def reset_bottleneck(down: nn.Linear, up: nn.Linear, init_weights: str):
 
 class BottleneckLayer(nn.Module, BaseTunerLayer):
     """``base_layer`` with named adapters ``x -> dropout(up(act(down(x))) * scaling)``; one active at a time.
-    Parameters as PEFT lays them out: ``bn_down.<name>``, ``bn_up.<name>``, ``bn_scaling.<name>`` (if learned)."""
+    Parameters as PEFT lays them out: ``bn_down.<name>``, ``bn_up.<name>``, ``bn_scaling.<name>`` (if learned).
+    ``in_features`` / ``out_features``: the target's widths, as PEFT's layers expose them. The adapter runs in its
+    own dtype and gives the input's back (PEFT keeps adapters in float32 on a float16 / bfloat16 model)."""
 
     adapter_layer_names = ("bn_down", "bn_up", "bn_scaling")
     other_param_names = ("bn_options",)
@@ -80,6 +82,7 @@ class BottleneckLayer(nn.Module, BaseTunerLayer):
         self._disable_adapters = False
         self.merged_adapters = []
         self.layer_index = layer_index
+        self.in_features, self.out_features = target_widths(base_layer)
         self.update_layer(adapter_name, config)
 
     def update_layer(self, adapter_name: str, config):
@@ -108,10 +111,10 @@ class BottleneckLayer(nn.Module, BaseTunerLayer):
 
     def bottleneck(self, name: str, x: torch.Tensor) -> torch.Tensor:
         """Adapter ``name`` on ``x`` ``[..., width]`` (no residual)."""
-        options = self.bn_options[name]
-        up = self.bn_up[name](options["activation"](self.bn_down[name](x)))
+        options, down = self.bn_options[name], self.bn_down[name]
+        up = self.bn_up[name](options["activation"](down(self._cast_input_dtype(x, down.weight.dtype))))
         up = up * (self.bn_scaling[name] if options["scaling"] is None else options["scaling"])
-        return nn.functional.dropout(up, options["dropout"], self.training)
+        return nn.functional.dropout(up, options["dropout"], self.training).to(x.dtype)
 
     def merge(self, safe_merge: bool = False, adapter_names=None):
         raise ValueError("a bottleneck adapter is non-linear (down, activation, up): it cannot be merged into the "

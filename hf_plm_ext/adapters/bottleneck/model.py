@@ -2,7 +2,6 @@
 ``BottleneckConfig``)."""
 
 from peft.tuners.tuners_utils import BaseTuner
-from peft.utils import _get_submodules
 
 from .layer import BottleneckLayer
 from .targets import layer_index, target_regex
@@ -46,14 +45,14 @@ class BottleneckModel(BaseTuner):
                                  f"for a backbone of another width)")
         return state_dict
 
-    def _unload_and_optionally_merge(self, merge=True, progressbar=False, safe_merge=False, adapter_names=None):
-        """``unload()``: the base model with every target back in place (PEFT's own swap assumes a target with a
-        ``weight``, which a BERT output module or a feed-forward block has not)."""
-        if merge:
-            raise ValueError("bottleneck adapters are non-linear (down, activation, up): they cannot be merged into "
-                             "the base weights; use unload() to drop them, or keep the PeftModel")
-        wrapped = [(name, module) for name, module in self.model.named_modules() if isinstance(module, BottleneckLayer)]
-        for name, module in wrapped:
-            parent, _, child_name = _get_submodules(self.model, name)
-            setattr(parent, child_name, module.get_base_layer())
-        return self.model
+    def _check_merge_allowed(self):
+        raise ValueError("bottleneck adapters are non-linear (down, activation, up): they cannot be merged into the "
+                         "base weights; use unload() to drop them, or keep the PeftModel")
+
+    def _replace_module(self, parent, child_name, new_module, child):
+        """PEFT's, but ``unload()`` puts a target back as it was: PEFT's swap copies a ``weight`` onto it, which a BERT
+        output module or a feed-forward block has not."""
+        if isinstance(child, BottleneckLayer) and new_module is child.get_base_layer():
+            setattr(parent, child_name, new_module)
+            return
+        super()._replace_module(parent, child_name, new_module, child)
