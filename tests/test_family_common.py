@@ -79,20 +79,35 @@ def test_return_dict_false_returns_a_tuple(variant, auto_name, model_class):
         assert type(run(model, ids)) is tuple
 
 
+def hidden_state_width(config) -> int:
+    """Each hidden state's width: the text config's ``hidden_size`` (rev-lsh: its two reversible halves)."""
+    text = config.get_text_config()
+    return 2 * text.hidden_size if config.model_type == "rev-lsh" else text.hidden_size
+
+
 @pytest.mark.parametrize("variant,auto_name,model_class", CASES, ids=CASE_IDS)
 def test_hidden_states_and_attentions_are_returned_when_asked(variant, auto_name, model_class):
+    """As transformers' common tests read them: asked in the call or in the config, counted and shaped by
+    ``config.get_text_config()`` (RTD: the discriminator's; K-Adapter: the backbone's), last in a tuple."""
     torch.manual_seed(0)
     model = model_class._from_config(TINY_CONFIGS[variant](), attn_implementation="eager").eval()
+    text = model.config.get_text_config()
+    ids = input_ids()
     with torch.no_grad():
-        outputs = run(model, input_ids(), output_hidden_states=True, output_attentions=True)
-        plain = run(model, input_ids())
-    config = model.config
-    # RTD: the discriminator's layers; K-Adapter: the backbone's
-    layers = getattr(config, "discriminator_config", None) or getattr(config, "backbone_config", None) or config
-    hidden_states, attentions = outputs.get("hidden_states"), outputs.get("attentions")
-    assert hidden_states is not None and len(hidden_states) == layers.num_hidden_layers + 1
-    assert attentions is not None and len(attentions) == layers.num_hidden_layers
+        outputs = run(model, ids, output_hidden_states=True, output_attentions=True)
+        plain = run(model, ids)
+        model.config.output_hidden_states = model.config.output_attentions = True
+        by_config = run(model, ids)
+        as_tuple = run(model, ids, return_dict=False)
     assert plain.get("hidden_states") is None and plain.get("attentions") is None
+    for result in (outputs, by_config):
+        hidden_states, attentions = result.get("hidden_states"), result.get("attentions")
+        assert hidden_states is not None and len(hidden_states) == text.num_hidden_layers + 1
+        assert all(h.shape[0] == 2 and h.shape[-1] == hidden_state_width(model.config) for h in hidden_states)
+        assert attentions is not None and len(attentions) == text.num_hidden_layers
+        assert all(a.shape[0] == 2 and a.shape[1] == text.num_attention_heads for a in attentions)
+    assert len(as_tuple) == len(by_config.to_tuple())
+    assert all(torch.equal(x, y) for x, y in zip(as_tuple[-1], by_config.attentions))  # the attentions last
 
 
 SEQUENCE_CLASSIFIERS = [(variant, model_class) for variant, _, model_class in CASES
@@ -124,6 +139,28 @@ def test_sequence_classification_follows_problem_type(variant, model_class, prob
                 "multi_label_classification": lambda: F.binary_cross_entropy_with_logits(logits, labels)}[settles_on]()
     torch.testing.assert_close(outputs.loss, expected)
     assert model.config.problem_type == settles_on
+
+
+@pytest.mark.parametrize("variant,model_class", SEQUENCE_CLASSIFIERS,
+                         ids=[f"{v}-{m.__name__}" for v, m in SEQUENCE_CLASSIFIERS])
+def test_loading_with_mismatched_shapes_needs_ignore_mismatched_sizes(variant, model_class, tmp_path):
+    """transformers' check: a head of another size, or the encoder with another vocabulary, loads only with
+    ``ignore_mismatched_sizes=True`` (the mismatched weights start fresh)."""
+    build(variant, model_class, num_labels=2).save_pretrained(tmp_path)
+    with pytest.raises((RuntimeError, ValueError)):
+        model_class.from_pretrained(tmp_path, num_labels=5)
+    resized = model_class.from_pretrained(tmp_path, num_labels=5, ignore_mismatched_sizes=True).eval()
+    with torch.no_grad():
+        assert run(resized, input_ids()).logits.shape == (2, 5)
+    encoder = model_classes(TINY_CONFIGS[variant])["AutoModel"]
+    if variant == "transfo-xl-adaptive":  # its cutoffs [30, 60] do not fit a vocabulary of 10: refused, and said
+        with pytest.raises((ValueError, StrictDataclassError), match="cutoffs"):
+            encoder.from_pretrained(tmp_path, vocab_size=10, ignore_mismatched_sizes=True)
+        return
+    small = encoder.from_pretrained(tmp_path, vocab_size=10, ignore_mismatched_sizes=True).eval()
+    assert small.config.get_text_config().vocab_size == small.get_input_embeddings().num_embeddings == 10
+    with torch.no_grad():
+        run(small, input_ids() % 10)
 
 
 @pytest.mark.parametrize("variant,auto_name,model_class", CASES, ids=CASE_IDS)
@@ -230,8 +267,15 @@ def test_every_class_loads_with_remote_code_where_the_package_cannot_be_imported
 def test_resized_embeddings_stay_tied_and_survive_save_and_load(variant, auto_name, model_class, tmp_path):
     model = build(variant, model_class)
     tied = shared_parameter_groups(model)
+    model.resize_token_embeddings(VOCAB - 15)  # transformers' generic check: smaller, then larger
+    assert model.config.get_text_config().vocab_size == model.get_input_embeddings().num_embeddings == VOCAB - 15
+    with torch.no_grad():
+        run(model, input_ids().clamp(max=VOCAB - 16))
     model.resize_token_embeddings(VOCAB + 5)
-    assert model.get_input_embeddings().num_embeddings == VOCAB + 5
+    assert model.config.get_text_config().vocab_size == model.get_input_embeddings().num_embeddings == VOCAB + 5
+    output_embeddings = model.get_output_embeddings()
+    if output_embeddings is not None and hasattr(output_embeddings, "weight"):
+        assert output_embeddings.weight.shape[0] == VOCAB + 5
     assert shared_parameter_groups(model) == tied
     ids = torch.cat([input_ids(), torch.tensor([[VOCAB + 1, VOCAB + 4]] * 2)], dim=1)  # two of the new tokens
     with torch.no_grad():

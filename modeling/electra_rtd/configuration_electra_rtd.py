@@ -93,6 +93,29 @@ class ElectraRTDConfig(PreTrainedConfig):
         if family_auto_map and getattr(self, "auto_map", None) is None:
             self.auto_map = dict(family_auto_map)
 
+    # What transformers' generic code reads of a model's text config (resizing, the output checks): the
+    # discriminator's, the half that fine-tunes; the vocabulary is both halves'.
+    @property
+    def vocab_size(self) -> int:
+        return self.discriminator_config.vocab_size
+
+    @vocab_size.setter
+    def vocab_size(self, vocab_size: int):
+        for part in (self.discriminator_config, self.generator_config):
+            part.vocab_size = vocab_size
+
+    @property
+    def hidden_size(self) -> int:
+        return self.discriminator_config.hidden_size
+
+    @property
+    def num_hidden_layers(self) -> int:
+        return self.discriminator_config.num_hidden_layers
+
+    @property
+    def num_attention_heads(self) -> int:
+        return self.discriminator_config.num_attention_heads
+
     def to_json_string(self, use_diff: bool = True) -> str:
         """As transformers' (keys sorted), but with ``discriminator_config`` last: a stock
         ``ElectraConfig.from_pretrained(folder)`` takes the last sub-config of its model type in the file, and the

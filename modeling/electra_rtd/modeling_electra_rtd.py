@@ -68,6 +68,14 @@ class ElectraRTDPreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     accepts_loss_kwargs = False  # the loss is a mean: the Trainer scales it for gradient accumulation
 
+    def _output_flags(self, kwargs: dict) -> dict:
+        """``kwargs`` with the config's ``output_hidden_states`` / ``output_attentions`` where the call leaves them
+        unset, as transformers' models read them (the halves have configs of their own)."""
+        for name in ("output_hidden_states", "output_attentions"):
+            if kwargs.get(name) is None and getattr(self.config, name):
+                kwargs[name] = True
+        return kwargs
+
     def _record_vocab_size(self, vocab_size: int):
         """Both halves' configs are saved: each must say the size after a resize, or the next load fails."""
         for part in (self.config.discriminator_config, self.config.generator_config):
@@ -175,6 +183,8 @@ class ElectraForRTDPreTraining(ElectraRTDPreTrainedModel):
             output_hidden_states, output_attentions: return the discriminator's.
             return_dict: False returns the output's fields that are set, as a tuple (``can_return_tuple``).
         """
+        flags = self._output_flags(dict(output_hidden_states=output_hidden_states, output_attentions=output_attentions))
+        output_hidden_states, output_attentions = flags["output_hidden_states"], flags["output_attentions"]
         if labels is None:
             input_ids, labels = self.mask_tokens(input_ids, attention_mask, special_tokens_mask)
         masked = labels != -100
@@ -271,7 +281,7 @@ class ElectraRTDModel(ElectraRTDDiscriminatorModel):
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, **kwargs):
         return self.discriminator.electra(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                                          return_dict=True, **kwargs)
+                                          return_dict=True, **self._output_flags(kwargs))
 
 
 class ElectraRTDForSequenceClassification(ElectraRTDDiscriminatorModel):
@@ -293,7 +303,7 @@ class ElectraRTDForSequenceClassification(ElectraRTDDiscriminatorModel):
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, **kwargs):
         outputs = self.discriminator(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                                     labels=labels, return_dict=True, **kwargs)
+                                     labels=labels, return_dict=True, **self._output_flags(kwargs))
         self.config.problem_type = self.discriminator.config.problem_type  # transformers infers it on first use
         return outputs
 

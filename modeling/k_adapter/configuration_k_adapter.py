@@ -109,9 +109,22 @@ class KAdapterConfig(PreTrainedConfig):
         if family_auto_map and getattr(self, "auto_map", None) is None:
             self.auto_map = dict(family_auto_map)
 
+    # What transformers' generic code reads of a model's text config (resizing, the output checks): the backbone's
     @property
     def hidden_size(self) -> int:
         return self.backbone_config.hidden_size
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backbone_config.vocab_size
+
+    @vocab_size.setter
+    def vocab_size(self, vocab_size: int):
+        self.backbone_config.vocab_size = vocab_size
+
+    @property
+    def num_attention_heads(self) -> int:
+        return self.backbone_config.num_attention_heads
 
     def saves_backbone(self) -> bool:
         return self.embed_backbone or not self.backbone_name_or_path

@@ -217,6 +217,10 @@ class KAdapterModel(KAdapterPreTrainedModel):
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds: the backbone's,
                 ``[batch, seq]`` (``inputs_embeds`` ``[batch, seq, hidden]``).
         """
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        if output_attentions is None:
+            output_attentions = self.config.output_attentions
         backbone_inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                                inputs_embeds=inputs_embeds)
         if token_type_ids is not None:

@@ -526,6 +526,7 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
 
     def __init__(self, config: TransfoXLConfig):
         super().__init__(config)
+        config.validate()  # fields set after the config was made (from_pretrained's vocab_size=...) are checked too
         self.word_emb = AdaptiveEmbedding(config)
         self.pos_emb = PositionalEmbedding(config.d_model)
         self.drop = Dropout(config.dropout, config)
