@@ -376,6 +376,39 @@ def test_beam_search_with_the_cache_equals_recomputing_and_a_pad_token_in_the_pr
         assert torch.equal(with_pad, cached)
 
 
+# a forward argument of each generating family that generate(**kwargs) must hand on, and a value for it
+FORWARD_ARGUMENT = {"rev-lsh": ("num_hashes", 1), "transfo-xl": ("clamp_len", 3)}
+
+
+@pytest.mark.parametrize("num_beams", [1, 2])
+@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("variant,model_class", GENERATORS, ids=[f"{v}-{m.__name__}" for v, m in GENERATORS])
+def test_generate_returns_per_step_outputs_and_hands_on_keyword_arguments(variant, model_class, use_cache, num_beams):
+    """``GenerateDecoderOnlyOutput``'s layout, as transformers' generation tests read it: one entry per new token,
+    each a tuple over the layers, batch (times beams) first; with a cache a step sees only its new token."""
+    model = model_class._from_config(TINY_CONFIGS[variant](), attn_implementation="eager").eval()
+    text = model.config.get_text_config()
+    prompt, new = input_ids(length=5), 3
+    name, value = FORWARD_ARGUMENT[model.config.model_type]
+    seen = []
+    hook = model.register_forward_pre_hook(lambda module, args, kwargs: seen.append(kwargs.get(name)),
+                                           with_kwargs=True)
+    out = model.generate(prompt, max_new_tokens=new, min_new_tokens=new, do_sample=False, num_beams=num_beams,
+                         use_cache=use_cache, return_dict_in_generate=True, output_scores=True,
+                         output_hidden_states=True, output_attentions=True, pad_token_id=0, **{name: value})
+    hook.remove()
+    assert seen and all(v == value for v in seen), seen  # every step's forward got it
+    rows = prompt.shape[0] * num_beams
+    assert len(out.scores) == len(out.hidden_states) == len(out.attentions) == new
+    for step, (hidden_states, attentions) in enumerate(zip(out.hidden_states, out.attentions)):
+        length = prompt.shape[1] if step == 0 or not use_cache else 1
+        if not use_cache:
+            length = prompt.shape[1] + step
+        assert len(hidden_states) == text.num_hidden_layers + 1 and len(attentions) == text.num_hidden_layers
+        assert all(h.shape[:2] == (rows, length) for h in hidden_states), (step, [h.shape for h in hidden_states])
+        assert all(a is not None and a.shape[:2] == (rows, text.num_attention_heads) for a in attentions), step
+
+
 @pytest.mark.parametrize("variant", list(TINY_CONFIGS))
 def test_float_fields_take_ints_as_config_files_hold_them(variant):
     """``config.json`` files hold a dropout of 0 as ``0``: every float field the family declares takes an int, as

@@ -203,7 +203,8 @@ class LSHSelfAttention(nn.Module):
         and the new one, ``padded_length`` the length a whole-sequence call would pad to (default: this layer's
         chunk multiple)."""
         if cache:
-            return self.decode(hidden_states, attention_mask, cache, padded_length), None, None
+            out, probs = self.decode(hidden_states, attention_mask, cache, padded_length)
+            return out, None, probs if output_attentions else None
         check_attention_mask(attention_mask, hidden_states)
         num_hashes = num_hashes or self.num_hashes
         length = hidden_states.shape[1]
@@ -242,9 +243,11 @@ class LSHSelfAttention(nn.Module):
                      buckets=raw_buckets[..., :length].transpose(2, 3), rotations=rotations, factors=factors)
 
     def decode(self, hidden_states, attention_mask, cache, padded_length=None):
-        """One new token ``[batch, 1, hidden]`` after the cached ones: ``[batch, 1, heads * head_size]``, what the
-        last position of a call over the whole (causal) sequence gives with the cached rotations. The bucket count
-        stays the one of the first call (a whole-sequence call may choose another for the longer length)."""
+        """One new token ``[batch, 1, hidden]`` after the cached ones: ``([batch, 1, heads * head_size],
+        probabilities)``, what the last position of a call over the whole (causal) sequence gives with the cached
+        rotations (probabilities over its keys: ``[batch, heads, 1, keys]``, or per round ``[batch, heads, rounds, 1,
+        keys]``). The bucket count stays the one of the first call (a whole-sequence call may choose another for
+        the longer length)."""
         query_key = rotate_by_position(split_heads(self.query_key(hidden_states), self.num_heads),
                                        cached_length(cache), self.rotary_base)
         new_buckets, total = self.raw_buckets(query_key, cache["rotations"], cache["factors"])
@@ -257,9 +260,9 @@ class LSHSelfAttention(nn.Module):
                 else attention_mask.bool())
         if padded <= self.chunk_length:
             positions = torch.arange(seq, device=keys.device)
-            out, _, _ = attend(query_key, keys, values, positions[-1:], positions, mask[:, None, :], self.causal,
-                               0.0, False)
-            return merge_heads(out)
+            out, _, probs = attend(query_key, keys, values, positions[-1:], positions, mask[:, None, :], self.causal,
+                                   0.0, False)
+            return merge_heads(out), probs
         missing = padded - seq
         keys = nn.functional.pad(keys, (0, 0, 0, missing))
         values = nn.functional.pad(values, (0, 0, 0, missing))
@@ -275,12 +278,13 @@ class LSHSelfAttention(nn.Module):
             *slots.shape, d)
         key_mask = mask[:, None, :].expand(batch, heads, padded).gather(2, key_positions.flatten(2)).view(slots.shape)
         query_positions = torch.full((*slots.shape[:3], 1), seq - 1, device=order.device)
-        out, logsumexp, _ = attend(query_key.unsqueeze(2).expand(-1, -1, rounds, -1, -1), gather(keys),
-                                   gather(values), query_positions, key_positions, key_mask, self.causal, 0.0, False)
+        out, logsumexp, probs = attend(query_key.unsqueeze(2).expand(-1, -1, rounds, -1, -1), gather(keys),
+                                       gather(values), query_positions, key_positions, key_mask, self.causal, 0.0,
+                                       False)
         if rounds == 1:
-            return merge_heads(out[:, :, 0])
+            return merge_heads(out[:, :, 0]), probs
         round_weights = torch.exp(logsumexp - logsumexp.logsumexp(dim=2, keepdim=True)).unsqueeze(-1)
-        return merge_heads((out * round_weights).sum(dim=2))
+        return merge_heads((out * round_weights).sum(dim=2)), probs
 
     def bucket_factors(self, seq):
         num_buckets = self.num_buckets or auto_num_buckets(seq, self.chunk_length, self.max_position_embeddings)
@@ -379,7 +383,8 @@ class LocalSelfAttention(nn.Module):
         """``(out [batch, seq, heads * head_size], None, probabilities or None)``; ``cache`` and ``padded_length``
         as :meth:`LSHSelfAttention.forward`'s."""
         if cache:
-            return self.decode(hidden_states, attention_mask, cache, padded_length), None, None
+            out, probs = self.decode(hidden_states, attention_mask, cache, padded_length)
+            return out, None, probs if output_attentions else None
         check_attention_mask(attention_mask, hidden_states)
         length = hidden_states.shape[1]
         if length > self.chunk_length:
@@ -415,8 +420,9 @@ class LocalSelfAttention(nn.Module):
                 split_heads(self.value(hidden_states), self.num_heads))
 
     def decode(self, hidden_states, attention_mask, cache, padded_length=None):
-        """One new token ``[batch, 1, hidden]`` after the cached ones: ``[batch, 1, heads * head_size]``, exactly
-        the last position of a call over the whole (causal) sequence."""
+        """One new token ``[batch, 1, hidden]`` after the cached ones: ``([batch, 1, heads * head_size],
+        probabilities [batch, heads, 1, keys])``, exactly the last position of a call over the whole (causal)
+        sequence."""
         query, key, value = self._project(hidden_states, cached_length(cache))
         keys, values = extend_cache(cache, keys=key, values=value)
         seq = keys.shape[2]
@@ -428,9 +434,9 @@ class LocalSelfAttention(nn.Module):
             positions = slots[slots < seq]
             keys, values = keys[:, :, positions], values[:, :, positions]
         key_mask = None if attention_mask is None else attention_mask.bool()[:, None, positions]
-        out, _, _ = attend(query, keys, values, torch.tensor([seq - 1], device=keys.device), positions, key_mask,
-                           self.causal, 0.0, False, mask_self=False)
-        return merge_heads(out)
+        out, _, probs = attend(query, keys, values, torch.tensor([seq - 1], device=keys.device), positions, key_mask,
+                               self.causal, 0.0, False, mask_self=False)
+        return merge_heads(out), probs
 
 
 class FullSelfAttention(nn.Module):
@@ -450,7 +456,8 @@ class FullSelfAttention(nn.Module):
         ``output_attentions`` or ``sdpa=False`` the scores are computed explicitly. ``cache`` as
         :meth:`LSHSelfAttention.forward`'s (decoding is exact)."""
         if cache:
-            return self.decode(hidden_states, attention_mask, cache), None, None
+            out, probs = self.decode(hidden_states, attention_mask, cache, output_attentions=output_attentions)
+            return out, None, probs
         check_attention_mask(attention_mask, hidden_states)
         queries, keys, values = self._project(hidden_states,
                                               torch.arange(hidden_states.shape[1], device=hidden_states.device))
@@ -482,9 +489,16 @@ class FullSelfAttention(nn.Module):
         return (rotate(self.query(hidden_states)), rotate(self.key(hidden_states)),
                 split_heads(self.value(hidden_states), self.num_heads))
 
-    def decode(self, hidden_states, attention_mask, cache, padded_length=None):
-        """One new token ``[batch, 1, hidden]`` after the cached ones: ``[batch, 1, heads * head_size]``."""
+    def decode(self, hidden_states, attention_mask, cache, padded_length=None, output_attentions=False):
+        """One new token ``[batch, 1, hidden]`` after the cached ones: ``([batch, 1, heads * head_size],
+        probabilities [batch, heads, 1, keys] with output_attentions, else None)``."""
         query, key, value = self._project(hidden_states, cached_length(cache))
         keys, values = extend_cache(cache, keys=key, values=value)
         mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
-        return merge_heads(nn.functional.scaled_dot_product_attention(query, keys, values, attn_mask=mask))
+        if not output_attentions:
+            return merge_heads(nn.functional.scaled_dot_product_attention(query, keys, values, attn_mask=mask)), None
+        scores = (query @ keys.transpose(-1, -2)) / math.sqrt(self.head_size)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, mask_value(scores.dtype))
+        probs = scores.softmax(-1)
+        return merge_heads(probs @ values), probs

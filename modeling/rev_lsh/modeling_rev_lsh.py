@@ -445,7 +445,8 @@ class RevLSHModel(RevLSHPreTrainedModel):
             raise ValueError("position_ids: with position_embedding_type='rotary' a token's position is its index in "
                              "the input (the cache's length counted in); pass no position_ids")
         if cache is not None and cache.get_seq_length():
-            return self._decode(input_ids, inputs_embeds, attention_mask, position_ids, cache, output_hidden_states)
+            return self._decode(input_ids, inputs_embeds, attention_mask, position_ids, cache, output_hidden_states,
+                                output_attentions)
         check_attention_mask(attention_mask, reference)  # here, before the padding to the chunks
         length = reference.shape[1]
         if position_ids is not None:
@@ -468,9 +469,11 @@ class RevLSHModel(RevLSHPreTrainedModel):
             hidden_states=tuple(h[:, :length] for h in hidden_states) if output_hidden_states else None,
             attentions=tuple(attentions) if output_attentions else None)
 
-    def _decode(self, input_ids, inputs_embeds, attention_mask, position_ids, cache, output_hidden_states):
+    def _decode(self, input_ids, inputs_embeds, attention_mask, position_ids, cache, output_hidden_states,
+                output_attentions=False):
         """The new tokens after the cached ones, one at a time (each attends as the last position of the whole
-        sequence would; see :class:`RevLSHCache`)."""
+        sequence would; see :class:`RevLSHCache`). ``output_attentions``: each layer's attention of the new token (one
+        new token a call, as ``generate`` feeds them: the tokens' key lengths differ)."""
         reference = input_ids if input_ids is not None else inputs_embeds
         seen, new = cache.get_seq_length(), reference.shape[1]
         if attention_mask is not None and attention_mask.shape[1] == new:  # the new tokens' alone
@@ -488,8 +491,11 @@ class RevLSHModel(RevLSHPreTrainedModel):
                 reference.shape[0], -1)
         self.embeddings.check_positions(position_ids)
         hidden = self.embeddings(input_ids, position_ids, inputs_embeds)
+        if output_attentions and new > 1:
+            raise ValueError(f"output_attentions with a cache: one new token a call (got {new}), as generate feeds "
+                             f"them; each token attends to a different number of keys")
         multiple, shortest = chunk_multiple(self.config)
-        outputs, all_hidden = [], []
+        outputs, all_hidden, step_attentions = [], [], []
         for step in range(new):
             seq = seen + step + 1
             padded = seq if seq <= shortest else seq + (-seq % multiple)
@@ -497,7 +503,9 @@ class RevLSHModel(RevLSHPreTrainedModel):
             x1 = x2 = hidden[:, step:step + 1]
             layer_outputs = [torch.cat([x1, x2], dim=-1)]
             for layer, layer_cache in zip(self.layers, cache.layers):
-                x1, x2, _ = layer(x1, x2, mask, cache=layer_cache, padded_length=padded)
+                x1, x2, probs = layer(x1, x2, mask, output_attentions=output_attentions, cache=layer_cache,
+                                      padded_length=padded)
+                step_attentions.append(probs)
                 layer_outputs.append(torch.cat([x1, x2], dim=-1))
             outputs.append(layer_outputs[-1])
             all_hidden.append(layer_outputs)
@@ -506,7 +514,8 @@ class RevLSHModel(RevLSHPreTrainedModel):
         hidden_states = None
         if output_hidden_states:
             hidden_states = tuple(torch.cat(per_layer, dim=1) for per_layer in zip(*all_hidden))
-        return RevLSHModelOutput(last_hidden_state=last, cache=cache, hidden_states=hidden_states)
+        return RevLSHModelOutput(last_hidden_state=last, cache=cache, hidden_states=hidden_states,
+                                 attentions=tuple(step_attentions) if output_attentions else None)
 
     def _pad_to_chunks(self, input_ids, inputs_embeds, attention_mask, position_ids):
         """Pad to the least common multiple of the chunk lengths, as transformers' Reformer does in evaluation
@@ -611,10 +620,15 @@ class RevLSHForCausalLM(_RevLSHWithLMHead, GenerationMixin):
         return False  # the cache is a RevLSHCache (LSH layers keep buckets and rotations, not only keys)
 
     def prepare_inputs_for_generation(self, input_ids, attention_mask=None, cache=None, use_cache=None, **kwargs):
-        """With a cache, each step feeds only the tokens it has not seen."""
+        """With a cache, each step feeds only the tokens it has not seen; what else the caller passed through
+        ``generate(**kwargs)`` (``output_attentions``, ``num_hashes``, ...) goes on to ``forward``."""
         if cache is not None and cache.get_seq_length():
             input_ids = input_ids[:, cache.get_seq_length():]
-        return {"input_ids": input_ids, "attention_mask": attention_mask, "cache": cache, "use_cache": use_cache}
+        # (positions are the cache's own count: generate's position bookkeeping is not passed on)
+        kwargs = {name: value for name, value in kwargs.items()
+                  if value is not None and name not in ("position_ids", "cache_position")}
+        return {**kwargs, "input_ids": input_ids, "attention_mask": attention_mask, "cache": cache,
+                "use_cache": use_cache}
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None,
