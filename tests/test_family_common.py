@@ -110,6 +110,22 @@ def test_hidden_states_and_attentions_are_returned_when_asked(variant, auto_name
     assert all(torch.equal(x, y) for x, y in zip(as_tuple[-1], by_config.attentions))  # the attentions last
 
 
+@pytest.mark.parametrize("variant,auto_name,model_class", CASES, ids=CASE_IDS)
+def test_hidden_states_of_chosen_layers(variant, auto_name, model_class):
+    """transformers' ``output_hidden_states=index or indices`` (negative ones from the end): every position kept,
+    the ones not asked for None."""
+    model = build(variant, model_class)
+    ids = input_ids()
+    with torch.no_grad():
+        every = run(model, ids, output_hidden_states=True).hidden_states
+        chosen = run(model, ids, output_hidden_states=[0, -1]).hidden_states
+        one = run(model, ids, output_hidden_states=1).hidden_states
+    assert len(chosen) == len(one) == len(every)
+    assert [h is None for h in chosen] == [not (i == 0 or i == len(every) - 1) for i in range(len(every))]
+    assert [h is None for h in one] == [i != 1 for i in range(len(every))]
+    assert torch.equal(chosen[0], every[0]) and torch.equal(chosen[-1], every[-1]) and torch.equal(one[1], every[1])
+
+
 SEQUENCE_CLASSIFIERS = [(variant, model_class) for variant, _, model_class in CASES
                         if model_class.__name__.endswith("ForSequenceClassification")]
 

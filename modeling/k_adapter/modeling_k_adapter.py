@@ -19,6 +19,7 @@ from transformers.dynamic_module_utils import custom_object_save
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 from transformers.models.bert.modeling_bert import BertLayer
 from transformers.utils import ModelOutput, can_return_tuple
+from transformers.utils.output_capturing import selected_hidden_states
 
 from .configuration_k_adapter import KAdapterConfig
 
@@ -111,6 +112,13 @@ class KAdapterFusion(nn.Module):
 
 
 BACKBONE_KEY = re.compile(r"(^|\.)backbone\.")
+
+def chosen_hidden_states(hidden_states: tuple, chosen) -> tuple:
+    """``output_hidden_states=True`` keeps all; an index or indices (transformers' reading), those alone in place."""
+    wanted = selected_hidden_states(chosen)
+    return hidden_states if wanted is None else tuple(
+        h if i in {w % len(hidden_states) for w in wanted} else None for i, h in enumerate(hidden_states))
+
 
 
 class KAdapterPreTrainedModel(PreTrainedModel):
@@ -236,7 +244,8 @@ class KAdapterModel(KAdapterPreTrainedModel):
         fused = self.fusion(hidden_states[-1], adapter_states)
         return KAdapterModelOutput(last_hidden_state=fused, backbone_last_hidden_state=hidden_states[-1],
                                    adapter_states=torch.stack(adapter_states, dim=1),
-                                   hidden_states=hidden_states if output_hidden_states else None,
+                                   hidden_states=None if output_hidden_states in (None, False) else
+                                   chosen_hidden_states(hidden_states, output_hidden_states),
                                    attentions=outputs.attentions if output_attentions else None)
 
 

@@ -24,6 +24,7 @@ from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import MaskedLMOutput, SequenceClassifierOutput
 from transformers.utils import ModelOutput, can_return_tuple, logging
+from transformers.utils.output_capturing import selected_hidden_states
 
 from .attention_rev_lsh import FullSelfAttention, LocalSelfAttention, LSHSelfAttention, check_attention_mask
 from .configuration_rev_lsh import RevLSHConfig
@@ -348,6 +349,13 @@ class ReversibleFunction(torch.autograd.Function):
                 *(parameter_grads.get(id(parameter)) for parameter in ctx.parameters))
 
 
+def chosen_hidden_states(hidden_states: tuple, chosen) -> tuple:
+    """``output_hidden_states=True`` keeps all; an index or indices (transformers' reading), those alone in place."""
+    wanted = selected_hidden_states(chosen)
+    return hidden_states if wanted is None else tuple(
+        h if i in {w % len(hidden_states) for w in wanted} else None for i, h in enumerate(hidden_states))
+
+
 def chunk_multiple(config) -> tuple[int, int]:
     """``(least common multiple, shortest)`` of the chunk lengths of the layers' kinds (full layers: none)."""
     lengths = {"lsh": config.lsh_attn_chunk_length, "local": config.local_attn_chunk_length}
@@ -432,8 +440,8 @@ class RevLSHModel(RevLSHPreTrainedModel):
             use_cache: return a cache (causal stacks only; default ``config.use_cache`` outside autograd, where
                 the reversible stack keeps no activations).
         """
-        output_hidden_states = output_hidden_states if output_hidden_states is not None else \
-            self.config.output_hidden_states
+        chosen = output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        output_hidden_states = chosen is not False and chosen is not None
         output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
         reference = input_ids if input_ids is not None else inputs_embeds
         if use_cache is None:
@@ -445,7 +453,7 @@ class RevLSHModel(RevLSHPreTrainedModel):
             raise ValueError("position_ids: with position_embedding_type='rotary' a token's position is its index in "
                              "the input (the cache's length counted in); pass no position_ids")
         if cache is not None and cache.get_seq_length():
-            return self._decode(input_ids, inputs_embeds, attention_mask, position_ids, cache, output_hidden_states,
+            return self._decode(input_ids, inputs_embeds, attention_mask, position_ids, cache, chosen,
                                 output_attentions)
         check_attention_mask(attention_mask, reference)  # here, before the padding to the chunks
         length = reference.shape[1]
@@ -466,7 +474,8 @@ class RevLSHModel(RevLSHPreTrainedModel):
         last = self._join_halves(hidden_states[-1])[:, :length]
         return RevLSHModelOutput(
             last_hidden_state=last, cache=cache if use_cache else None,
-            hidden_states=tuple(h[:, :length] for h in hidden_states) if output_hidden_states else None,
+            hidden_states=chosen_hidden_states(tuple(h[:, :length] for h in hidden_states), chosen)
+            if output_hidden_states else None,
             attentions=tuple(attentions) if output_attentions else None)
 
     def _decode(self, input_ids, inputs_embeds, attention_mask, position_ids, cache, output_hidden_states,
@@ -512,8 +521,9 @@ class RevLSHModel(RevLSHPreTrainedModel):
         cache.attention_mask = attention_mask
         last = self._join_halves(torch.cat(outputs, dim=1))
         hidden_states = None
-        if output_hidden_states:
-            hidden_states = tuple(torch.cat(per_layer, dim=1) for per_layer in zip(*all_hidden))
+        if output_hidden_states is not None and output_hidden_states is not False:
+            hidden_states = chosen_hidden_states(tuple(torch.cat(per_layer, dim=1) for per_layer in zip(*all_hidden)),
+                                                 output_hidden_states)
         return RevLSHModelOutput(last_hidden_state=last, cache=cache, hidden_states=hidden_states,
                                  attentions=tuple(step_attentions) if output_attentions else None)
 

@@ -30,6 +30,7 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput, can_return_tuple
+from transformers.utils.output_capturing import selected_hidden_states
 
 from .configuration_transfo_xl import TransfoXLConfig
 from .fast_transfo_xl import (
@@ -437,6 +438,13 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
         return nll
 
 
+def chosen_hidden_states(hidden_states: tuple, chosen) -> tuple:
+    """``output_hidden_states=True`` keeps all; an index or indices (transformers' reading), those alone in place."""
+    wanted = selected_hidden_states(chosen)
+    return hidden_states if wanted is None else tuple(
+        h if i in {w % len(hidden_states) for w in wanted} else None for i, h in enumerate(hidden_states))
+
+
 def has_left_padding(attention_mask) -> bool:
     """A 0 (padding) before a 1 (a token) in some row of ``attention_mask`` ``[batch, seq]``."""
     mask = attention_mask.bool()
@@ -607,8 +615,8 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
         """
         refuse_unknown_arguments(kwargs, "TransfoXLModel")
         output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
-        output_hidden_states = (output_hidden_states if output_hidden_states is not None
-                                else self.config.output_hidden_states)
+        chosen = output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        output_hidden_states = chosen is not False and chosen is not None
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("give exactly one of input_ids and inputs_embeds")
         if attention_mask is not None and has_left_padding(attention_mask):
@@ -655,7 +663,7 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
         return TransfoXLModelOutput(
             last_hidden_state=hidden, mems=new_mems,
             mem_key_values=[key_value[:, -mem_len:] for key_value in key_values] if caching else None,
-            hidden_states=tuple(layer_inputs) + (hidden,) if output_hidden_states else None,
+            hidden_states=chosen_hidden_states((*layer_inputs, hidden), chosen) if output_hidden_states else None,
             attentions=tuple(attentions) if output_attentions else None)
 
 
