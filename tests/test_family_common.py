@@ -6,6 +6,7 @@ parametrised tests. A check that a family cannot pass is a defect to fix, not a 
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ import transformers
 from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoConfig
 
+from hf_plm_ext import FAMILIES
 from hf_plm_ext.registry import auto_class
 
 from family_common import VOCAB, CASE_IDS, CASES, TINY_CONFIGS, first_output, input_ids, model_classes, run
@@ -56,7 +58,9 @@ def test_save_and_load_give_the_same_outputs_and_keep_tied_weights_tied(variant,
         left_out = set(model.state_dict()) - set(weights.keys())
     # what save leaves out is exactly what the model reports as tied, under the same names (load re-ties those)
     assert left_out == set(model.get_expanded_tied_weights_keys(all_submodels=True))
-    loaded = auto_class(auto_name).from_pretrained(tmp_path).eval()
+    loaded, info = auto_class(auto_name).from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    loaded = loaded.eval()
     assert type(loaded) is model_class
     with torch.no_grad():
         assert torch.equal(first_output(run(loaded, ids)), expected)
@@ -303,6 +307,22 @@ def test_resized_embeddings_stay_tied_and_survive_save_and_load(variant, auto_na
         torch.testing.assert_close(first_output(run(loaded, ids)), expected, atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.parametrize("variant,auto_name,model_class", CASES, ids=CASE_IDS)
+def test_resize_with_untied_weights_resizes_the_output_embeddings_too(variant, auto_name, model_class):
+    config = TINY_CONFIGS[variant]()
+    config.tie_word_embeddings = False  # transformers' untied check: the head is a matrix of its own
+    torch.manual_seed(0)
+    model = model_class(config).eval()
+    for size in (VOCAB + 10, VOCAB - 15):
+        model.resize_token_embeddings(size)
+        output_embeddings = model.get_output_embeddings()
+        if output_embeddings is not None and hasattr(output_embeddings, "weight"):
+            assert output_embeddings.weight.shape[0] == size
+        assert model.config.get_text_config().vocab_size == size
+        with torch.no_grad():
+            run(model, input_ids().clamp(max=size - 1))
+
+
 def loss_of(model, ids):
     """The model's own loss where its head has one for plain token ids, else a function of its first output."""
     name = type(model).__name__
@@ -442,3 +462,22 @@ def test_float_fields_take_ints_as_config_files_hold_them(variant):
                 assert getattr(TINY_CONFIGS[variant](**{name: value}), name) == value
             except (ValueError, StrictDataclassError) as err:
                 assert "expected" not in str(err), (name, str(err))  # strict's type error names what it expected
+
+
+OLD_CHECKPOINTS = Path(__file__).parent / "fixtures" / "checkpoints_0_1_0"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in OLD_CHECKPOINTS.iterdir() if p.is_dir()))
+def test_checkpoints_saved_by_0_1_0_load_and_give_the_same_outputs(name):
+    """Tiny checkpoints of every family as 0.1.0 saved them (``make_fixtures.py``): every weight loads, none is
+    left over, and the outputs are the ones 0.1.0 computed."""
+    from safetensors.torch import load_file
+
+    folder = OLD_CHECKPOINTS / name
+    config = AutoConfig.from_pretrained(folder)
+    model_class = next(cls for cls in FAMILIES[type(config)].values() if cls.__name__ == config.architectures[0])
+    model, info = model_class.from_pretrained(folder, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    saved = load_file(folder / "expected.safetensors")
+    with torch.no_grad():
+        torch.testing.assert_close(first_output(run(model.eval(), saved["input_ids"])), saved["expected"])
