@@ -38,7 +38,7 @@ def run_general(args):
 
 def run_task(args):
     from hf_plm_ext.distill.recipe import distill_task
-    from hf_plm_ext.eval.results import results_table
+    from hf_plm_ext.checkpoints.results import results_table
     from hf_plm_ext.files import check_new_output
 
     task_args, distill_args, training_args = dataclasses_from(args)

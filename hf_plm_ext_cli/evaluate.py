@@ -39,7 +39,7 @@ def add_to(evaluate):
 
 def run_csc(args):
     from hf_plm_ext.eval.csc import evaluate_csc
-    from hf_plm_ext.eval.results import results_table
+    from hf_plm_ext.checkpoints.results import results_table
     from hf_plm_ext.files import check_new_output
 
     check_new_output(args.output)
@@ -54,7 +54,7 @@ def run_lm(args):
 
     from hf_plm_ext.eval.language_model import evaluate_language_model
     from hf_plm_ext.files import check_new_file, write_new_file
-    from hf_plm_ext.training.checks import check_tokenizer_fits, load_pretrained
+    from hf_plm_ext.checkpoints.loading import check_tokenizer_fits, load_pretrained
 
     if args.output:
         check_new_file(args.output)  # refused before the (long) evaluation, like every --output

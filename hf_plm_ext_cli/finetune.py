@@ -30,7 +30,7 @@ def add_to(finetune_parser):
 
 
 def run(args):
-    from hf_plm_ext.eval.results import results_table
+    from hf_plm_ext.checkpoints.results import results_table
     from hf_plm_ext.eval.runner import finetune
     from hf_plm_ext.files import check_new_output
 
@@ -44,7 +44,7 @@ def run(args):
 
 def run_csc(args):
     from hf_plm_ext.eval.csc import finetune_csc
-    from hf_plm_ext.eval.results import results_table
+    from hf_plm_ext.checkpoints.results import results_table
     from hf_plm_ext.files import check_new_output
 
     csc_args, training_args = dataclasses_from(args)

@@ -23,7 +23,7 @@ def new_k_adapter(backbone, output, adapter_names=("adapter",), embed_backbone=F
     from transformers import AutoConfig
 
     from hf_plm_ext.modeling.k_adapter import KAdapterConfig, KAdapterModel
-    from hf_plm_ext.training.checks import load_pretrained
+    from hf_plm_ext.checkpoints.loading import load_pretrained
 
     backbone_config = load_pretrained(AutoConfig, backbone, "backbone config")
     source = str(Path(backbone).resolve()) if Path(backbone).is_dir() else str(backbone)
@@ -46,7 +46,7 @@ def combine_k_adapters(sources, output, freeze_adapters=False, fusion=None) -> P
     from transformers import AutoModel
 
     from hf_plm_ext.modeling.k_adapter import KAdapterConfig, KAdapterModel
-    from hf_plm_ext.training.checks import load_pretrained
+    from hf_plm_ext.checkpoints.loading import load_pretrained
 
     if len(sources) < 1:
         raise UserInputError("give the K-Adapter checkpoints to combine")

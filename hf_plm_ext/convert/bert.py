@@ -5,12 +5,17 @@ from transformers import BertConfig, BertModel
 from hf_plm_ext.files import staged_output
 
 
+def bert_fields(config) -> dict:
+    """The fields of a BERT-like config (BERT's, MacBERT's) that carry over to another BERT-like family: all but
+    what names the family and its code."""
+    return {k: v for k, v in config.to_dict().items()
+            if k not in ("model_type", "auto_map", "architectures", "transformers_version")}
+
+
 def export_as_bert(model, output, tokenizer=None) -> None:
     """Save ``model``'s encoder (``model.bert``, or the model itself) as ``model_type: bert`` in ``output``."""
     encoder = getattr(model, "bert", model)
-    fields = {k: v for k, v in encoder.config.to_dict().items()
-              if k not in ("model_type", "auto_map", "architectures", "transformers_version")}
-    bert = BertModel(BertConfig(**fields), add_pooling_layer=encoder.pooler is not None)
+    bert = BertModel(BertConfig(**bert_fields(encoder.config)), add_pooling_layer=encoder.pooler is not None)
     bert.load_state_dict(encoder.state_dict())
     with staged_output(output) as staging:
         bert.save_pretrained(str(staging))

@@ -2,9 +2,9 @@
 
 from transformers import AutoModelForPreTraining, AutoTokenizer
 
+from hf_plm_ext.checkpoints.loading import load_pretrained
 from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.files import check_new_output, staged_output
-from hf_plm_ext.training.checks import load_pretrained
 
 
 def export_electra(run_dir, output, part="discriminator") -> None:

@@ -142,7 +142,7 @@ def load_similar_words(spec):
     if spec.startswith("embeddings:"):
         from transformers import AutoModel, AutoTokenizer
 
-        from hf_plm_ext.training.checks import load_pretrained
+        from hf_plm_ext.checkpoints.loading import load_pretrained
 
         source = spec.split(":", 1)[1]
         model = load_pretrained(AutoModel, source, "similar-word model")

@@ -18,9 +18,9 @@ from hf_plm_ext.distill.trainer import STAGES, DistillationArguments, Distillati
 from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.eval.runner import (FinetuneArguments, build_classifier, classification_trainer, evaluate_splits,
                                     load_task_data, parameter_counts, tokenize)
+from hf_plm_ext.checkpoints.loading import check_tokenizer_fits, load_pretrained
+from hf_plm_ext.checkpoints.saving import save_final
 from hf_plm_ext.files import staged_output
-from hf_plm_ext.training.checks import check_tokenizer_fits, load_pretrained
-from hf_plm_ext.training.saving import save_final
 
 STUDENT_HELP = (f"a fresh student of the teacher's family and vocabulary: a preset ({', '.join(STUDENT_PRESETS)}) "
                 f"or a JSON file of config fields to change (e.g. {{\"num_hidden_layers\": 2}})")
@@ -199,7 +199,7 @@ def distill_task(args: DistillTaskArguments, distill_args: DistillationArguments
         save_final(evaluator, staging)
         _remove_folder(staging / "evaluation")
         if evaluator.is_world_process_zero():
-            from hf_plm_ext.eval.results import write_results
+            from hf_plm_ext.checkpoints.results import write_results
             from hf_plm_ext.hub.cards import render_card
 
             write_results(staging, results)

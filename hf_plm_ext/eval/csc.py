@@ -10,9 +10,14 @@ pipeline-style call) and score a test file (``evaluate_csc``: SIGHAN's definitio
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from huggingface_hub.errors import StrictDataclassError
 from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoTokenizer, DataCollatorForTokenClassification, TrainingArguments, set_seed
 
+from hf_plm_ext.checkpoints.loading import check_tokenizer_fits, load_pretrained
+from hf_plm_ext.checkpoints.results import write_results
+from hf_plm_ext.checkpoints.saving import save_final
+from hf_plm_ext.convert.bert import bert_fields
 from hf_plm_ext.data.spelling_errors import (
     ConfusionSet,
     SpellingErrorGenerator,
@@ -23,12 +28,9 @@ from hf_plm_ext.data.spelling_errors import (
 )
 from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.eval.csc_metrics import csc_scores
-from hf_plm_ext.eval.results import write_results
 from hf_plm_ext.files import staged_output
 from hf_plm_ext.modeling.macbert import MacBertConfig, MacBertForSpellingCorrection
 from hf_plm_ext.modeling.macbert.pipeline_spelling_correction import SpellingCorrectionPipeline
-from hf_plm_ext.training.checks import check_tokenizer_fits, load_pretrained
-from hf_plm_ext.training.saving import save_final
 from hf_plm_ext.training.trainer import SubLossTrainer
 
 BENCHMARK, TASK_TYPE = "csc", "text2text-generation"
@@ -64,8 +66,7 @@ def spelling_correction_model(path: str, **config_overrides) -> MacBertForSpelli
     BERT one with its encoder (and masked-LM head, if it has one) loaded key for key and the detection head new."""
     config = load_pretrained(AutoConfig, path, "config")
     if config.model_type == "bert":
-        config = MacBertConfig(**{k: v for k, v in config.to_dict().items()
-                                  if k not in ("model_type", "auto_map", "architectures", "transformers_version")})
+        config = MacBertConfig(**bert_fields(config))
     elif config.model_type != "macbert":
         raise UserInputError(f"{path} is a {config.model_type!r} checkpoint: spelling correction starts from a BERT "
                              "or MacBERT one")
@@ -74,7 +75,7 @@ def spelling_correction_model(path: str, **config_overrides) -> MacBertForSpelli
             setattr(config, name, value)
     try:
         config.validate()
-    except Exception as err:  # a field out of range: the config names it
+    except (ValueError, StrictDataclassError) as err:  # a field out of range: the config names it
         raise UserInputError(" ".join(str(err).split())) from None
     return load_pretrained(MacBertForSpellingCorrection, path, "model", config=config)
 

@@ -21,15 +21,15 @@ from transformers import (
     set_seed,
 )
 
+from hf_plm_ext.checkpoints.loading import check_sequence_length, check_tokenizer_fits, load_pretrained
+from hf_plm_ext.checkpoints.results import write_results
+from hf_plm_ext.checkpoints.saving import save_final
 from hf_plm_ext.data.tokenizer_training import pad_with_eos
 from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.eval.readers import Examples, read_examples, read_label_list
-from hf_plm_ext.eval.results import write_results
 from hf_plm_ext.eval.tasks import Task, get_task, load_metric
 from hf_plm_ext.files import staged_output
-from hf_plm_ext.training.checks import check_sequence_length, check_tokenizer_fits, load_pretrained
 from hf_plm_ext.training.layerwise_decay import LayerwiseLRDecayTrainer
-from hf_plm_ext.training.saving import save_final
 
 
 @dataclass

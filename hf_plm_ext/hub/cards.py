@@ -15,8 +15,8 @@ from pathlib import Path
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from safetensors import SafetensorError, safe_open
 
+from hf_plm_ext.checkpoints.results import results_table
 from hf_plm_ext.errors import UserInputError
-from hf_plm_ext.eval.results import results_table
 from hf_plm_ext.training.objectives import OBJECTIVES
 
 # Which Auto class and pipeline a checkpoint's head belongs to, by the architecture's suffix.

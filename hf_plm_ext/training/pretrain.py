@@ -15,11 +15,11 @@ from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoConfig, AutoTokenizer, TrainingArguments, set_seed
 from transformers.trainer_utils import get_last_checkpoint
 
+from hf_plm_ext.checkpoints.loading import load_pretrained
+from hf_plm_ext.checkpoints.saving import save_final
 from hf_plm_ext.errors import UserInputError, last_line
 from hf_plm_ext.files import staged_output
-from hf_plm_ext.training.checks import load_pretrained
 from hf_plm_ext.training.objectives import Objective, PretrainArguments, objective_for
-from hf_plm_ext.training.saving import save_final
 
 
 def build_model(objective: Objective, tokenizer):

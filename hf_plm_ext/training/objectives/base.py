@@ -11,8 +11,8 @@ from typing import ClassVar
 
 from transformers import AutoConfig
 
+from hf_plm_ext.checkpoints.loading import check_sequence_length, check_tokenizer_fits
 from hf_plm_ext.errors import UserInputError
-from hf_plm_ext.training.checks import check_sequence_length, check_tokenizer_fits
 from hf_plm_ext.training.trainer import SubLossTrainer
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoModelForPreTraining
 
+from hf_plm_ext.checkpoints.loading import check_sequence_length
 from hf_plm_ext.data.replaced_token_detection import SpecialTokensMaskCollator, rtd_metrics
 from hf_plm_ext.data.token_blocks import token_blocks
 from hf_plm_ext.errors import UserInputError, last_line
-from hf_plm_ext.training.checks import check_sequence_length
 from hf_plm_ext.training.objectives.base import MaskedInputArguments, Objective, special_token_ids
 from hf_plm_ext.training.objectives.mlm import MaskedLM
 

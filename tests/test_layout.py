@@ -1,0 +1,76 @@
+"""The arrows point one way (DESIGN.md): no two rooms of ``hf_plm_ext`` import each other, directly or round a loop,
+counting the imports inside functions; ``checkpoints`` imports no wing; ``modeling`` imports nothing of the library;
+nothing of the library imports the console package."""
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "hf_plm_ext"
+MODELING = PACKAGE.parent / "modeling"
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every absolute module an import statement in ``path`` names, at any depth (inside functions too)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+def room_of(module: str) -> str | None:
+    """``hf_plm_ext.eval.runner`` -> ``eval``: the sub-package or top-level module of the library it is in."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "hf_plm_ext" and len(parts) > 1 else None
+
+
+def room_graph() -> dict[str, set[str]]:
+    graph = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path == PACKAGE / "__init__.py":  # the public API imports every room
+            continue
+        room = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+        graph.setdefault(room, set()).update(
+            other for other in map(room_of, imported_modules(path)) if other not in (None, room))
+    return graph
+
+
+def loops(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The rooms that reach themselves through others (strongly connected groups of more than one room)."""
+    found = []
+    for start in sorted(graph):
+        stack, seen = [[start]], set()
+        while stack:
+            path = stack.pop()
+            for other in sorted(graph.get(path[-1], ())):
+                if other == start:
+                    found.append(path)
+                elif other not in seen:
+                    seen.add(other)
+                    stack.append(path + [other])
+    return found
+
+
+def test_no_two_rooms_import_each_other_even_round_a_loop():
+    graph = room_graph()
+    assert {"checkpoints", "data", "training", "eval", "hub", "convert", "adapters", "distill"} <= set(graph)
+    assert loops(graph) == []
+
+
+def test_the_ground_floor_imports_no_wing():
+    assert room_graph()["checkpoints"] <= {"errors", "files"}
+
+
+def test_the_family_folders_import_nothing_of_the_library_and_the_library_nothing_of_the_console():
+    for path in MODELING.rglob("*.py"):
+        assert not {m for m in imported_modules(path) if m.split(".")[0] in ("hf_plm_ext", "hf_plm_ext_cli")}, path
+    for path in PACKAGE.rglob("*.py"):
+        assert not {m for m in imported_modules(path) if m.split(".")[0] == "hf_plm_ext_cli"}, path
+
+
+def test_the_loop_finder_finds_a_loop():
+    assert loops({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"], ["b", "c", "a"],
+                                                                           ["c", "a", "b"]]
