@@ -12,17 +12,21 @@ register_families()
 
 from hf_plm_ext.adapters import BottleneckConfig, BottleneckLayer, BottleneckModel  # noqa: E402  (registers with PEFT)
 from hf_plm_ext.convert import convert_adapterhub, convert_reformer, export_as_bert, export_electra  # noqa: E402
+from hf_plm_ext.csc import (  # noqa: E402
+    ConfusionSet,
+    SpellingCorrector,
+    SpellingErrorGenerator,
+    build_spelling_pairs,
+    csc_scores,
+    evaluate_csc,
+    finetune_csc,
+    read_spelling_pairs,
+)
 from hf_plm_ext.data.correction_masking import DataCollatorForCorrectionMasking, add_word_ids, jieba_spans  # noqa: E402
 from hf_plm_ext.data.replaced_token_detection import SpecialTokensMaskCollator, rtd_metrics  # noqa: E402
 from hf_plm_ext.data.segment_streams import StreamSegments, tokenize_stream  # noqa: E402
 from hf_plm_ext.data.similar_words import EmbeddingNeighbours, SynonymTable, load_similar_words  # noqa: E402
 from hf_plm_ext.data.sop import build_sop_pairs  # noqa: E402
-from hf_plm_ext.data.spelling_errors import (  # noqa: E402
-    ConfusionSet,
-    SpellingErrorGenerator,
-    build_spelling_pairs,
-    read_spelling_pairs,
-)
 from hf_plm_ext.data.token_blocks import token_blocks  # noqa: E402
 from hf_plm_ext.data.tokenizer_training import train_tokenizer  # noqa: E402
 from hf_plm_ext.distill import (  # noqa: E402
@@ -33,8 +37,6 @@ from hf_plm_ext.distill import (  # noqa: E402
     student_from_teacher_layers,
 )
 from hf_plm_ext.distill.recipe import distill_general, distill_task  # noqa: E402
-from hf_plm_ext.eval.csc import SpellingCorrector, evaluate_csc, finetune_csc  # noqa: E402
-from hf_plm_ext.eval.csc_metrics import csc_scores  # noqa: E402
 from hf_plm_ext.eval.language_model import evaluate_language_model, stream_perplexity  # noqa: E402
 from hf_plm_ext.eval.runner import FinetuneArguments, finetune  # noqa: E402
 from hf_plm_ext.hub.cards import render_card  # noqa: E402

@@ -305,7 +305,7 @@ CSC_SENTENCES = ["我跟我朋有打算去法国玩儿。", "他们的计画是�
 
 def run_spelling_correction(args, out):
     """Spelling correction: pre-train on the Chinese sample, fine-tune MacBERT4CSC on misspelt copies of it."""
-    from hf_plm_ext.eval.csc import CSCFinetuneArguments, SpellingCorrector, finetune_csc
+    from hf_plm_ext.csc import CSCFinetuneArguments, SpellingCorrector, finetune_csc
     from hf_plm_ext.training.objectives.macbert import MacBertArguments
     from hf_plm_ext.training.objectives.mlm import TINY_ENCODER
 

@@ -18,7 +18,7 @@ def run(args):
     from pathlib import Path
 
     from hf_plm_ext.errors import UserInputError
-    from hf_plm_ext.eval.csc import SpellingCorrector
+    from hf_plm_ext.csc.corrector import SpellingCorrector
 
     texts = list(args.texts)
     if args.file:

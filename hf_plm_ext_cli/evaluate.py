@@ -38,7 +38,7 @@ def add_to(evaluate):
 
 
 def run_csc(args):
-    from hf_plm_ext.eval.csc import evaluate_csc
+    from hf_plm_ext.csc.recipe import evaluate_csc
     from hf_plm_ext.checkpoints.results import results_table
     from hf_plm_ext.files import check_new_output
 

@@ -20,7 +20,7 @@ def add_to(finetune_parser):
             save_strategy="no", eval_strategy="no",
         )
         parser.set_defaults(benchmark_name=benchmark)
-    from hf_plm_ext.eval.csc import CSCFinetuneArguments
+    from hf_plm_ext.csc.recipe import CSCFinetuneArguments
 
     add_training_command(benchmarks, "csc", "MacBERT4CSC: fine-tune a BERT / MacBERT checkpoint for Chinese spelling "
                          "correction (a correction and a detection head) on pairs generated from clean text with "
@@ -43,7 +43,7 @@ def run(args):
 
 
 def run_csc(args):
-    from hf_plm_ext.eval.csc import finetune_csc
+    from hf_plm_ext.csc.recipe import finetune_csc
     from hf_plm_ext.checkpoints.results import results_table
     from hf_plm_ext.files import check_new_output
 

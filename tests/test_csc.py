@@ -17,9 +17,9 @@ from hf_plm_ext import (
     csc_scores,
     read_spelling_pairs,
 )
-from hf_plm_ext.data.spelling_errors import is_chinese_character, read_clean_sentences
+from hf_plm_ext.csc.data import is_chinese_character, read_clean_sentences
+from hf_plm_ext.csc.recipe import spelling_correction_model
 from hf_plm_ext.errors import UserInputError
-from hf_plm_ext.eval.csc import spelling_correction_model
 from hf_plm_ext.modeling.macbert.modeling_macbert import sigmoid_focal_loss
 
 from conftest import run_cli, tiny_macbert_config
@@ -305,7 +305,7 @@ def sighan_sample(tmp_path_factory, shared_data):
 @pytest.fixture(scope="module")
 def fine_tuned(tmp_path_factory, tiny_chinese_bert, shared_data, sighan_sample):
     from hf_plm_ext import finetune_csc
-    from hf_plm_ext.eval.csc import CSCFinetuneArguments
+    from hf_plm_ext.csc.recipe import CSCFinetuneArguments
     from transformers import TrainingArguments
 
     out = tmp_path_factory.mktemp("csc") / "model"
@@ -333,7 +333,7 @@ def test_finetune_csc_trains_both_heads_and_scores_the_held_out_and_test_pairs(f
 def test_training_lowers_both_losses(tiny_chinese_bert, confusion, shared_data):
     from transformers import DataCollatorForTokenClassification
 
-    from hf_plm_ext.data.spelling_errors import encode_spelling_pairs
+    from hf_plm_ext.csc.data import encode_spelling_pairs
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_chinese_bert)
     sentences = read_clean_sentences([shared_data / "corpus/zh/zhwiki_bert_sampled.txt"], max_length=40)[:64]

@@ -56,7 +56,7 @@ def loops(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_two_rooms_import_each_other_even_round_a_loop():
     graph = room_graph()
-    assert {"checkpoints", "data", "training", "eval", "hub", "convert", "adapters", "distill"} <= set(graph)
+    assert {"checkpoints", "data", "training", "eval", "hub", "convert", "adapters", "distill", "csc"} <= set(graph)
     assert loops(graph) == []
 
 
@@ -74,3 +74,14 @@ def test_the_family_folders_import_nothing_of_the_library_and_the_library_nothin
 def test_the_loop_finder_finds_a_loop():
     assert loops({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"], ["b", "c", "a"],
                                                                            ["c", "a", "b"]]
+
+
+def test_spelling_correction_is_one_room():
+    """CSC's data, corrector, metrics and recipe are defined in ``hf_plm_ext/csc`` alone (its model class and
+    pipeline are the macbert family's)."""
+    names = {"SpellingCorrector", "SpellingErrorGenerator", "ConfusionSet", "csc_scores", "finetune_csc",
+             "evaluate_csc", "read_spelling_pairs"}
+    rooms = {path.relative_to(PACKAGE).parts[0] for path in PACKAGE.rglob("*.py")
+             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+             if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in names}
+    assert rooms == {"csc"}

@@ -9,7 +9,6 @@ Everything else (Latin, digits, punctuation, word pieces) comes back as it came,
 length: ``{"source": text, "target": corrected, "errors": [(position, wrong, right), ...]}``.
 """
 
-import torch
 from transformers.pipelines.base import ChunkPipeline
 
 # the task name when hf-plm-ext registers the pipeline, and the one a checkpoint's config.custom_pipelines holds

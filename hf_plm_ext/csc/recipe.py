@@ -1,5 +1,5 @@
-"""Chinese spelling correction with MacBERT4CSC: fine-tune (``finetune_csc``), correct (``SpellingCorrector``, a
-pipeline-style call) and score a test file (``evaluate_csc``: SIGHAN's definitions, ``csc_metrics``).
+"""The recipe of Chinese spelling correction with MacBERT4CSC: fine-tune (``finetune_csc``) and score a test file
+(``evaluate_csc``: SIGHAN's definitions, ``hf_plm_ext.csc.metrics``); correcting is ``hf_plm_ext.csc.corrector``.
 
 :func:`finetune_csc` is training pairs (generated from clean text with real confusion sets, or read from a file)
 -> :func:`spelling_correction_model` (any BERT / MacBERT checkpoint) -> ``encode_spelling_pairs`` -> a
@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from huggingface_hub.errors import StrictDataclassError
-from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoTokenizer, DataCollatorForTokenClassification, TrainingArguments, set_seed
 
 from hf_plm_ext.checkpoints.loading import check_tokenizer_fits, load_pretrained
 from hf_plm_ext.checkpoints.results import write_results
 from hf_plm_ext.checkpoints.saving import save_final
 from hf_plm_ext.convert.bert import bert_fields
-from hf_plm_ext.data.spelling_errors import (
+from hf_plm_ext.csc.corrector import SpellingCorrector
+from hf_plm_ext.csc.data import (
     ConfusionSet,
     SpellingErrorGenerator,
     build_spelling_pairs,
@@ -26,11 +26,10 @@ from hf_plm_ext.data.spelling_errors import (
     read_clean_sentences,
     read_spelling_pairs,
 )
+from hf_plm_ext.csc.metrics import csc_scores
 from hf_plm_ext.errors import UserInputError
-from hf_plm_ext.eval.csc_metrics import csc_scores
 from hf_plm_ext.files import staged_output
 from hf_plm_ext.modeling.macbert import MacBertConfig, MacBertForSpellingCorrection
-from hf_plm_ext.modeling.macbert.pipeline_spelling_correction import SpellingCorrectionPipeline
 from hf_plm_ext.training.trainer import SubLossTrainer
 
 BENCHMARK, TASK_TYPE = "csc", "text2text-generation"
@@ -155,49 +154,9 @@ def score_split(corrector, split: str, file, pairs, progress: bool = False) -> t
              "metrics": csc_scores(pairs["source"], pairs["target"], predictions)}, predictions)
 
 
-class SpellingCorrector:
-    """Corrects Chinese text with a spelling-correction model: its pipeline (``SpellingCorrectionPipeline``, what
-    ``pipeline("spelling-correction", model=DIR)`` gives) with a progress bar and this package's errors::
-
-        corrector = SpellingCorrector.from_pretrained("path/to/model")
-        corrector("我跟我朋唷打算去法国玩儿。")
-        # {"source": "...朋唷...", "target": "...朋友...", "errors": [(8, "唷", "友")]}
-
-    A list gives a list. Every Chinese character the tokenizer keeps as one token may be replaced by the correction
-    head's choice (another single Chinese character); everything else (Latin, digits, punctuation, text past
-    ``max_length`` tokens, which goes through in further windows) is returned as it came, so the output always has
-    the input's length. Text without Chinese characters comes back unchanged.
-    """
-
-    def __init__(self, model, tokenizer, batch_size: int = 32, max_length: int | None = None, device=None):
-        device = device if device is not None else next(model.parameters()).device
-        self.pipeline = SpellingCorrectionPipeline(model=model.eval(), tokenizer=tokenizer, device=device,
-                                                   batch_size=batch_size)
-        self.max_length = max_length
-
-    @classmethod
-    def from_pretrained(cls, path: str, **kwargs) -> "SpellingCorrector":
-        config = load_pretrained(AutoConfig, path, "config")
-        architectures = config.architectures or []
-        if not any(name.endswith("ForSpellingCorrection") for name in architectures):
-            raise UserInputError(f"{path} is not a spelling-correction model (its architecture is "
-                                 f"{', '.join(architectures) or 'not recorded'}; it has no detection head): train "
-                                 "one with `hf-plm-ext finetune csc --model " + str(path) + " ...`")
-        tokenizer = load_pretrained(AutoTokenizer, path, "tokenizer")
-        model = load_pretrained(MacBertForSpellingCorrection, path, "model")
-        return cls(model, tokenizer, **kwargs)
-
-    def __call__(self, texts, progress: bool = False):
-        if isinstance(texts, str):
-            return self.pipeline(texts, max_length=self.max_length)
-        texts = list(texts)
-        corrected = self.pipeline((text for text in texts), max_length=self.max_length)  # a generator: one at a time
-        return list(tqdm(corrected, total=len(texts), desc="correcting", unit="text", disable=not progress))
-
-
 def evaluate_csc(model_path: str, test_file: str, output: str, batch_size: int = 32,
                  max_length: int | None = None) -> dict:
-    """Corrects ``test_file``'s sources, scores them (``csc_metrics``) and writes ``output``: ``eval_results.json``,
+    """Corrects ``test_file``'s sources, scores them (``hf_plm_ext.csc.metrics``) and writes ``output``: ``eval_results.json``,
     ``eval_results.md``, ``predictions.tsv`` (``source<TAB>prediction``) and the model's card carrying the scores
     in its ``model-index`` (``README.md``), all or nothing."""
     from hf_plm_ext.hub.cards import render_card
