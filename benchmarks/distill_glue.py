@@ -16,18 +16,12 @@ already holds ``eval_results.json`` is not rerun. Writes benchmarks/results/dist
 
 import argparse
 import json
-import os
-import shlex
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("HF_PLM_EXT_SHARED_DATA", ROOT.parent / "shared" / "data"))
-RESULTS = ROOT / "benchmarks" / "results"
-CLI = [str(Path(sys.executable).with_name("hf-plm-ext"))]
+from _common import DATA, RESULTS, run_cli
+
 TASKS = {  # benchmark, folder, metric, data settings, teacher epochs and learning rate (GLUE: those of
     # benchmarks/adapters_glue.py's full fine-tuning; TNEWS: those of benchmarks/macbert_small_scale.py)
     "sst2": ("glue", "SST-2", "accuracy", ["--max_train_samples", "10000"], "1", "5e-5"),
@@ -40,18 +34,6 @@ TEACHER = ["--warmup_steps", "0.06", "--weight_decay", "0.01"]
 SMOKE = []
 
 
-def run(args, log, output):
-    """Runs one ``hf-plm-ext`` command unless ``output`` holds its results; ``log`` (a dict kept in the work
-    folder, so that runs split over several invocations are all reported) maps the output to command and seconds."""
-    printable = "hf-plm-ext " + shlex.join(args)
-    if (Path(output) / "eval_results.json").is_file():
-        print(f"(done before) $ {printable}", flush=True)
-        log.setdefault(str(output), {"command": printable, "seconds": None})
-        return
-    print(f"$ {printable}", flush=True)
-    start = time.perf_counter()
-    subprocess.run(CLI + args, check=True)
-    log[str(output)] = {"command": printable, "seconds": round(time.perf_counter() - start, 1)}
 
 
 def inference_seconds(model_dir, task, repeats=3) -> float:
@@ -131,19 +113,19 @@ def main():
         base = minilm if benchmark == "glue" else args.chinese_base
         if base is None:
             parser.error(f"{task} needs --chinese-base")
-        run(["finetune", benchmark, "--task", task, "--model", base, "--output", str(teacher), *data, *COMMON,
-             *TEACHER, "--learning_rate", teacher_lr, "--num_train_epochs", teacher_epochs, *SMOKE], log, teacher)
+        run_cli(["finetune", benchmark, "--task", task, "--model", base, "--output", str(teacher), *data, *COMMON,
+                 *TEACHER, "--learning_rate", teacher_lr, "--num_train_epochs", teacher_epochs, *SMOKE], log, teacher)
         log_file.write_text(json.dumps(log, indent=2) + "\n")
         for depth in args.depths:
             for augment in arms:
                 epochs = (args.augmented_epochs * 2)[:2] if augment else (args.intermediate_epochs,
                                                                            args.prediction_epochs)
                 student = work / f"{task}-student{depth}-augment{augment}-epochs{epochs[0]}-{epochs[1]}"
-                run(["distill", "task", "--teacher", str(teacher), "--task", f"{benchmark}/{task}", "--student-layers",
-                     f"uniform:{depth}", "--output", str(student), *data, *COMMON, "--num_train_epochs",
-                     epochs[0], "--prediction_epochs", epochs[1],
-                     *(["--augment", str(augment)] if augment else []), *masked_lm(benchmark, base, augment),
-                     *SMOKE], log, student)
+                run_cli(["distill", "task", "--teacher", str(teacher), "--task", f"{benchmark}/{task}", "--student-layers",
+                         f"uniform:{depth}", "--output", str(student), *data, *COMMON, "--num_train_epochs",
+                         epochs[0], "--prediction_epochs", epochs[1],
+                         *(["--augment", str(augment)] if augment else []), *masked_lm(benchmark, base, augment),
+                         *SMOKE], log, student)
                 log_file.write_text(json.dumps(log, indent=2) + "\n")
     if args.no_results:
         return

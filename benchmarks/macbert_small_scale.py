@@ -14,30 +14,17 @@ results) and writes benchmarks/results/macbert_small_scale.json and .md.
 
 import argparse
 import json
-import os
 import random
-import shlex
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("HF_PLM_EXT_SHARED_DATA", ROOT.parent / "shared" / "data"))
-RESULTS = ROOT / "benchmarks" / "results"
-CLI = [str(Path(sys.executable).with_name("hf-plm-ext"))]
+from _common import DATA, RESULTS, run_cli
+
 ZH_CORPUS = [str(DATA / "corpus" / "zh" / name) for name in ("zhwiki_bert_sampled.txt",
                                                              "CLUECorpusSmall_bert_sampled.txt")]
 TINY = "hidden_size=128,num_hidden_layers=2,num_attention_heads=2,intermediate_size=512"
 
 
-def run(args, log):
-    printable = "hf-plm-ext " + shlex.join(args)
-    print(f"$ {printable}", flush=True)
-    start = time.perf_counter()
-    subprocess.run(CLI + args, check=True)
-    log.append({"command": printable, "seconds": round(time.perf_counter() - start, 1)})
 
 
 def split_afqmc(work: Path, eval_size=1000, seed=0):
@@ -58,10 +45,10 @@ def main():
     args = parser.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="macbert-small-scale-"))
     work.mkdir(parents=True, exist_ok=True)
-    log = []
+    log = {}
 
     tokenizer = work / "zh-tokenizer"
-    run(["tokenizer", "train", "--corpus", *ZH_CORPUS, "--vocab-size", "8000", "--output", str(tokenizer)], log)
+    run_cli(["tokenizer", "train", "--corpus", *ZH_CORPUS, "--vocab-size", "8000", "--output", str(tokenizer)], log)
     afqmc = split_afqmc(work)
     pretrain_common = ["--corpus", *ZH_CORPUS, "--tokenizer", str(tokenizer), "--segmenter", "jieba",
                        "--config_overrides", TINY, "--max_seq_length", "128", "--max_steps", str(args.steps),
@@ -74,15 +61,15 @@ def main():
     for masking in ("correction", "mask"):
         model = work / f"pretrained-{masking}"
         extra = ["--similar_words", "cilin"] if masking == "correction" else []
-        run(["pretrain", "macbert", *pretrain_common, "--masking", masking, *extra, "--output", str(model)], log)
+        run_cli(["pretrain", "macbert", *pretrain_common, "--masking", masking, *extra, "--output", str(model)], log)
         pretrained = json.loads((model / "pretrain_results.json").read_text())
         results[masking] = {"pretrain_final_eval_loss": pretrained["final_eval_loss"]}
         for task, files in (("tnews", ["--data-dir", str(DATA / "clue" / "tnews"), "--max_seq_length", "64"]),
                             ("afqmc", ["--train-file", str(afqmc / "train.json"), "--validation-file",
                                        str(afqmc / "dev.json"), "--max_seq_length", "128"])):
             output = work / f"{task}-{masking}"
-            run(["finetune", "clue", "--task", task, "--model", str(model), *files, *finetune_common,
-                 "--output", str(output)], log)
+            run_cli(["finetune", "clue", "--task", task, "--model", str(model), *files, *finetune_common,
+                     "--output", str(output)], log)
             evaluated = json.loads((output / "eval_results.json").read_text())["results"][0]
             results[masking][task] = evaluated["metrics"]["accuracy"]
 
@@ -90,7 +77,7 @@ def main():
     majority = {"tnews": majority_share(DATA / "clue" / "tnews" / "dev.json"),
                 "afqmc": majority_share(afqmc / "dev.json")}
     summary = {"pretrain_steps": args.steps, "model": TINY, "dev_accuracy": results,
-               "majority_class_accuracy": majority, "commands": log}
+               "majority_class_accuracy": majority, "commands": list(log.values())}
     (RESULTS / "macbert_small_scale.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
     table = ["| pre-training masking | held-out pre-training loss | TNEWS dev acc | AFQMC held-out acc |",
              "|---|---:|---:|---:|"]
@@ -98,7 +85,7 @@ def main():
         table.append(f"| {masking} | {row['pretrain_final_eval_loss']:.3f} | {row['tnews']:.4f} | {row['afqmc']:.4f} |")
     table.append(f"| (majority class) | | {majority['tnews']:.4f} | {majority['afqmc']:.4f} |")
     text = "\n".join(table) + "\n\nCommands (seconds):\n\n" + "\n".join(
-        f"    {entry['command']}    # {entry['seconds']} s" for entry in log) + "\n"
+        f"    {entry['command']}    # {entry['seconds']} s" for entry in log.values()) + "\n"
     (RESULTS / "macbert_small_scale.md").write_text(text)
     print(text)
 
