@@ -2,7 +2,6 @@
 
 import argparse
 import dataclasses
-import os
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -35,16 +34,12 @@ def add_training_command(subparsers, name, help, dataclass_types, handler, **def
 def dataclasses_from(namespace):
     """Build each of the command's dataclasses from the parsed namespace (``HfArgumentParser``'s rule)."""
     from hf_plm_ext.errors import UserInputError
+    from hf_plm_ext.training.sharding import refuse_trainer_fsdp_on_cpu
 
     values = vars(namespace)
     if values.get("output_dir") is not None:
         raise UserInputError("give the output folder with --output (--output_dir is managed by hf-plm-ext)")
-    if values.get("use_cpu") and (values.get("fsdp") or os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true"):
-        # accelerate 1.15 shards only on accelerators (AcceleratorState: FSDP for MULTI_GPU and its kind, not
-        # MULTI_CPU); on the CPU the same run trains as plain DDP, with no warning
-        raise UserInputError("the Trainer's FSDP needs GPUs (or another accelerator): on the CPU accelerate would "
-                             "train with plain DDP instead; drop --fsdp (or the FSDP accelerate config), or shard "
-                             "with FSDP2 yourself: hf_plm_ext.training.sharding (README, 'Several processes')")
+    refuse_trainer_fsdp_on_cpu(values.get("use_cpu"), values.get("fsdp"))
     instances = []
     for dataclass_type in namespace.dataclass_types:
         names = {f.name for f in dataclasses.fields(dataclass_type) if f.init}

@@ -5,12 +5,13 @@ NAME, HELP = "correct", "correct Chinese spelling with a spelling-correction mod
 
 def add_to(parser):
     parser.add_argument("model", metavar="MODEL", help="a spelling-correction checkpoint folder")
-    parser.add_argument("texts", nargs="*", metavar="TEXT", help="sentences to correct")
+    parser.add_argument("texts", nargs="*", metavar="TEXT", help="sentences to correct, right after MODEL "
+                        "(argparse's rule: options come after them)")
     parser.add_argument("--file", metavar="FILE", help="also every line of this UTF-8 file")
     parser.add_argument("--json", action="store_true", help="one JSON object per input: source, target, errors "
                                                             "([position, wrong, right] each)")
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.set_defaults(handler=run, positional_tail="texts")
+    parser.set_defaults(handler=run)
 
 
 def run(args):

@@ -49,22 +49,13 @@ def run_csc(args):
 
 
 def run_lm(args):
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from hf_plm_ext.eval.language_model import evaluate_language_model
     from hf_plm_ext.files import check_new_file, write_new_file
-    from hf_plm_ext.checkpoints.loading import check_tokenizer_fits, load_pretrained
 
     if args.output:
         check_new_file(args.output)  # refused before the (long) evaluation, like every --output
-    model = load_pretrained(AutoModelForCausalLM, args.model, "model")
-    tokenizer = load_pretrained(AutoTokenizer, args.tokenizer or args.model, "tokenizer")
-    check_tokenizer_fits(tokenizer, model, args.tokenizer or args.model)
-    if torch.cuda.is_available():
-        model.to("cuda")
-    results = evaluate_language_model(model, tokenizer, args.corpus, args.tgt_len, args.mem_len, args.clamp_len,
-                                      args.same_length, args.batch_size)
+    results = evaluate_language_model(args.model, args.tokenizer, args.corpus, args.tgt_len, args.mem_len,
+                                      args.clamp_len, args.same_length, args.batch_size)
     results["model"] = args.model
     line = f"perplexity {results['perplexity']:.2f} over {results['tokens']} tokens"
     if "bits_per_character" in results:

@@ -42,36 +42,23 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv)
     args, unrecognized = parser.parse_known_args(argv)
-    tail = getattr(args, "positional_tail", None)  # e.g. `correct`'s texts after an option: argparse leaves them
-    if tail and unrecognized and not any(arg.startswith("-") for arg in unrecognized):
-        getattr(args, tail).extend(unrecognized)
-        unrecognized = []
     if unrecognized:
-        explain = getattr(args, "explain_unrecognized", None)
-        parser.error(explain(unrecognized) if explain else f"unrecognized arguments: {' '.join(unrecognized)}")
+        command = next(command for command in COMMANDS if command.NAME == args.command)
+        explain = getattr(command, "explain_unrecognized", None)  # a command may say whose flags they are
+        parser.error(explain(args, unrecognized) if explain else f"unrecognized arguments: {' '.join(unrecognized)}")
     from hf_plm_ext.errors import UserInputError  # the library, and so torch and transformers, from here on
+    from hf_plm_ext.training.sharding import leave_process_group
 
     try:
         args.handler(args)
     except UserInputError as err:
         print(f"hf-plm-ext: error: {err}", file=sys.stderr)
         sys.exit(2)
-    _leave_process_group()
+    leave_process_group()
 
 
 def _exit_on_sigterm(signum, frame):
     sys.exit(128 + signum)
-
-
-def _leave_process_group():
-    """Under torchrun, every rank that finished waits for the others and closes the group before exiting: a rank
-    that exited with the group open while another still wrote aborted now and then ("terminate called without an
-    active exception", SIGABRT)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

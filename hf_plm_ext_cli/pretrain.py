@@ -12,21 +12,25 @@ def add_to(pretrain_parser):
 
     objectives = pretrain_parser.add_subparsers(dest="objective_command", required=True, metavar="OBJECTIVE",
                                                 parser_class=HfArgumentParser)
-    parsers = {name: add_training_command(objectives, name, objective.help,
-                                          [objective.arguments_class, TrainingArguments], run)
-               for name, objective in OBJECTIVES.items()}
-    flags = {name: {flag for action in parser._actions for flag in action.option_strings}
-             for name, parser in parsers.items()}
-    for name, parser in parsers.items():
-        parser.set_defaults(explain_unrecognized=lambda extras, name=name: _foreign_flags(name, extras, flags))
+    for name, objective in OBJECTIVES.items():
+        add_training_command(objectives, name, objective.help, [objective.arguments_class, TrainingArguments], run)
 
 
-def _foreign_flags(objective, extras, flags) -> str:
-    """Name the objectives that a flag belongs to, for one clear error."""
+def explain_unrecognized(args, extras) -> str:
+    """One clear error for flags the objective lacks, naming the objectives they belong to (a flag is a field of an
+    objective's arguments dataclass, as HfArgumentParser spells it: ``--mem_len`` or ``--mem-len``)."""
+    import dataclasses
+
+    from hf_plm_ext.training.objectives import OBJECTIVES
+
+    objective = args.objective_command
+    fields = {name: {field.name for field in dataclasses.fields(entry.arguments_class)}
+              for name, entry in OBJECTIVES.items()}
     unknown = [arg.split("=", 1)[0] for arg in extras if arg.startswith("-")] or extras
     lines = []
     for flag in unknown:
-        owners = [name for name, names in flags.items() if flag in names and name != objective]
+        field = flag.lstrip("-").replace("-", "_")
+        owners = [name for name, names in fields.items() if field in names and name != objective]
         where = f" (a flag of `pretrain {' / '.join(owners)}`)" if owners else ""
         lines.append(f"{flag}{where}")
     return f"`pretrain {objective}` has no {', '.join(lines)}; see `hf-plm-ext pretrain {objective} --help`"

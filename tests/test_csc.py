@@ -355,7 +355,7 @@ def test_training_lowers_both_losses(tiny_chinese_bert, confusion, shared_data):
 
 def test_correct_prints_corrections_and_json(fine_tuned, capsys):
     out, _ = fine_tuned
-    code, stdout, _ = run_cli(["correct", out, "我跟我朋唷打算去法国玩儿。", "--json", "hello"], capsys)
+    code, stdout, _ = run_cli(["correct", out, "我跟我朋唷打算去法国玩儿。", "hello", "--json"], capsys)
     assert code == 0
     lines = [json.loads(line) for line in stdout.splitlines()]
     assert [line["source"] for line in lines] == ["我跟我朋唷打算去法国玩儿。", "hello"]

@@ -12,6 +12,8 @@ from transformers.utils import logging as transformers_logging
 
 from hf_plm_ext.errors import UserInputError
 
+logger = transformers_logging.get_logger(__name__)
+
 
 def load_pretrained(auto_class, name_or_path, what, **kwargs):
     """``auto_class.from_pretrained`` that reports a missing or unreadable checkpoint as one ``UserInputError``.
@@ -53,7 +55,7 @@ def load_pretrained(auto_class, name_or_path, what, **kwargs):
 
 
 def _load_model(auto_class, name_or_path, what, **kwargs):
-    """``from_pretrained`` with one line for each kind of weight that was not simply loaded, in place of
+    """``from_pretrained`` with one warning line for each kind of weight that was not simply loaded, in place of
     transformers' load report (a table, printed at every fine-tune for the new head). The model's
     ``newly_initialised_modules`` lists the modules whose weights were initialised here (an adapter must train and
     save them: a BERT-style classifier's pooler, when the checkpoint had none)."""
@@ -65,12 +67,12 @@ def _load_model(auto_class, name_or_path, what, **kwargs):
         modeling_logger.removeFilter(_without_load_report)
     model.newly_initialised_modules = sorted({key.rsplit(".", 1)[0] for key in info["missing_keys"]} |
                                              {key.rsplit(".", 1)[0] for key, *_ in info["mismatched_keys"]})
-    if int(os.environ.get("RANK", "0")) == 0:
+    if int(os.environ.get("RANK", "0")) == 0:  # once per run, not once per process under torchrun
         for keys, state in ((info["missing_keys"], "new weights, initialised randomly"),
                             ([key for key, *_ in info["mismatched_keys"]], "weights re-initialised for their new sizes"),
                             (info["unexpected_keys"], "weights of the checkpoint left unused")):
             if keys:
-                print(f"{what} {name_or_path}: {state}: {_module_names(keys)}")
+                logger.warning(f"{what} {name_or_path}: {state}: {_module_names(keys)}")
     return model
 
 

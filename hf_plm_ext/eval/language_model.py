@@ -10,9 +10,12 @@ vocabulary the bits per character are that mean in bits.
 
 import math
 import time
+from pathlib import Path
 
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from hf_plm_ext.checkpoints.loading import check_tokenizer_fits, load_pretrained
 from hf_plm_ext.data.segment_streams import StreamSegments, tokenize_stream
 from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.training.segment_memory import carried_memory
@@ -48,7 +51,16 @@ def stream_perplexity(model, token_ids, tgt_len, batch_size=1, device=None, **me
 def evaluate_language_model(model, tokenizer, corpus_files, tgt_len, mem_len=None, clamp_len=None,
                             same_length=None, batch_size=1) -> dict:
     """``stream_perplexity`` on text files, with the memory settings given (None: the model's own), passed to the
-    forward calls; ``model.config`` is not changed."""
+    forward calls; ``model.config`` is not changed. ``model`` may be a checkpoint folder (loaded as a causal LM,
+    onto the GPU when there is one) and ``tokenizer`` a folder or None (the model's folder)."""
+    if isinstance(model, (str, Path)):
+        tokenizer_path = model if tokenizer is None else tokenizer
+        model = load_pretrained(AutoModelForCausalLM, model, "model")
+        if isinstance(tokenizer_path, (str, Path)):
+            tokenizer = load_pretrained(AutoTokenizer, tokenizer_path, "tokenizer")
+            check_tokenizer_fits(tokenizer, model, tokenizer_path)
+        if torch.cuda.is_available():
+            model.to("cuda")
     if tgt_len < 1 or batch_size < 1:
         raise UserInputError(f"--tgt-len ({tgt_len}) and --batch-size ({batch_size}) must be positive")
     if mem_len is not None and mem_len < 0:

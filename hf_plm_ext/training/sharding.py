@@ -19,6 +19,8 @@ feed-forward blocks, which its backward recomputes one at a time), except a modu
 outside it (BERT's embeddings and masked-LM decoder), which stays with the root, as do the embeddings and heads.
 """
 
+import os
+
 from torch import nn
 from transformers import PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -82,3 +84,26 @@ def load_sharded(model: nn.Module, folder: str) -> nn.Module:
 
 
 __all__ = ["shard", "shard_units", "save_sharded", "load_sharded"]
+
+
+def refuse_trainer_fsdp_on_cpu(use_cpu: bool, fsdp) -> None:
+    """The Trainer's ``--fsdp`` (or an FSDP accelerate config) on a run without an accelerator, refused: accelerate
+    1.15 shards only on accelerators (``AcceleratorState``: FSDP for MULTI_GPU and its kind, not MULTI_CPU); on the
+    CPU the same run would train as plain DDP, with no warning."""
+    from hf_plm_ext.errors import UserInputError
+
+    if use_cpu and (fsdp or os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true"):
+        raise UserInputError("the Trainer's FSDP needs GPUs (or another accelerator): on the CPU accelerate would "
+                             "train with plain DDP instead; drop --fsdp (or the FSDP accelerate config), or shard "
+                             "with FSDP2 yourself: hf_plm_ext.training.sharding (README, 'Several processes')")
+
+
+def leave_process_group() -> None:
+    """Under torchrun, a rank that finished waits for the others and closes the group before it exits: a rank
+    that exited with the group open while another still wrote aborted now and then ("terminate called without an
+    active exception", SIGABRT). A no-op outside a process group."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
