@@ -9,7 +9,7 @@ TORCH_PIN ?= torch==2.13.0
 
 .PHONY: install demo test test-slow test-cuda bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install $(TORCH_PIN)
 	$(PY) -m pip install -e ".[dev,zh]"

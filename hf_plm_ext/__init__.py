@@ -6,9 +6,14 @@ configs and models, collators and example builders, trainers, the objective tabl
 ``pretrain`` and ``finetune``.
 """
 
-from hf_plm_ext.registry import FAMILIES, AutoModelForSpellingCorrection, register_families
+from hf_plm_ext.registry import FAMILIES, AutoModelForSpellingCorrection, family_folders, register_families
 
 register_families()
+
+# every family's configs and models, as its folder's AUTO_CLASSES (and OTHER_HEADS) name them
+FAMILY_CLASSES = [cls for folder in family_folders()
+                  for cls in [*folder.AUTO_CLASSES.values(), *getattr(folder, "OTHER_HEADS", ())]]
+globals().update({cls.__name__: cls for cls in FAMILY_CLASSES})
 
 from hf_plm_ext.adapters import BottleneckConfig, BottleneckLayer, BottleneckModel  # noqa: E402  (registers with PEFT)
 from hf_plm_ext.convert import convert_adapterhub, convert_reformer, export_as_bert, export_electra  # noqa: E402
@@ -41,43 +46,6 @@ from hf_plm_ext.eval.language_model import evaluate_language_model, stream_perpl
 from hf_plm_ext.eval.runner import FinetuneArguments, finetune  # noqa: E402
 from hf_plm_ext.hub.cards import render_card  # noqa: E402
 from hf_plm_ext.hub.push import push_checkpoint  # noqa: E402
-from hf_plm_ext.modeling.electra_rtd import (  # noqa: E402
-    ElectraForRTDPreTraining,
-    ElectraRTDConfig,
-    ElectraRTDForSequenceClassification,
-    ElectraRTDModel,
-)
-from hf_plm_ext.modeling.k_adapter import (  # noqa: E402
-    KAdapterConfig,
-    KAdapterForEntityTyping,
-    KAdapterForRelationClassification,
-    KAdapterForSequenceClassification,
-    KAdapterForTokenClassification,
-    KAdapterModel,
-)
-from hf_plm_ext.modeling.macbert import (  # noqa: E402
-    MacBertConfig,
-    MacBertForMaskedLM,
-    MacBertForPreTraining,
-    MacBertForQuestionAnswering,
-    MacBertForSequenceClassification,
-    MacBertForSpellingCorrection,
-    MacBertForTokenClassification,
-    MacBertModel,
-)
-from hf_plm_ext.modeling.rev_lsh import (  # noqa: E402
-    RevLSHConfig,
-    RevLSHForCausalLM,
-    RevLSHForMaskedLM,
-    RevLSHForSequenceClassification,
-    RevLSHModel,
-)
-from hf_plm_ext.modeling.transfo_xl import (  # noqa: E402
-    TransfoXLConfig,
-    TransfoXLForSequenceClassification,
-    TransfoXLLMHeadModel,
-    TransfoXLModel,
-)
 from hf_plm_ext.training.layerwise_decay import LayerwiseLRDecayTrainer  # noqa: E402
 from hf_plm_ext.training.objectives import OBJECTIVES, Objective, PretrainArguments  # noqa: E402
 from hf_plm_ext.training.pretrain import pretrain  # noqa: E402
@@ -89,14 +57,7 @@ __version__ = "0.1.0"
 __all__ = [
     # model families
     "FAMILIES", "register_families",
-    "MacBertConfig", "MacBertModel", "MacBertForMaskedLM", "MacBertForPreTraining", "MacBertForSequenceClassification",
-    "MacBertForTokenClassification", "MacBertForQuestionAnswering", "MacBertForSpellingCorrection",
-    "AutoModelForSpellingCorrection",
-    "ElectraRTDConfig", "ElectraForRTDPreTraining", "ElectraRTDModel", "ElectraRTDForSequenceClassification",
-    "TransfoXLConfig", "TransfoXLModel", "TransfoXLLMHeadModel", "TransfoXLForSequenceClassification",
-    "RevLSHConfig", "RevLSHModel", "RevLSHForMaskedLM", "RevLSHForCausalLM", "RevLSHForSequenceClassification",
-    "KAdapterConfig", "KAdapterModel", "KAdapterForSequenceClassification", "KAdapterForTokenClassification",
-    "KAdapterForEntityTyping", "KAdapterForRelationClassification",
+    "AutoModelForSpellingCorrection", *(cls.__name__ for cls in FAMILY_CLASSES),
     # adapters (a PEFT method)
     "BottleneckConfig", "BottleneckModel", "BottleneckLayer",
     # data: collators and example builders

@@ -1,9 +1,12 @@
 """The one table of model families and the Auto classes each one serves.
 
-``import hf_plm_ext`` calls :func:`register_families`. To add a family, add one row to
-``FAMILIES`` (see CONTRIBUTING.md); nothing else registers classes.
+``import hf_plm_ext`` calls :func:`register_families`. A family is a folder of ``modeling/`` whose ``__init__.py``
+names its classes in ``AUTO_CLASSES`` (see CONTRIBUTING.md); the registry finds the folders, and nothing else
+registers classes.
 """
 
+import importlib
+import pkgutil
 from collections import OrderedDict
 
 import transformers
@@ -12,44 +15,9 @@ from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.models.auto.auto_factory import _BaseAutoModelClass, _LazyAutoMapping
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-from hf_plm_ext.modeling.electra_rtd import (
-    ElectraForRTDPreTraining,
-    ElectraRTDConfig,
-    ElectraRTDForSequenceClassification,
-    ElectraRTDModel,
-)
-from hf_plm_ext.modeling.k_adapter import (
-    KAdapterConfig,
-    KAdapterForSequenceClassification,
-    KAdapterForTokenClassification,
-    KAdapterModel,
-)
-from hf_plm_ext.modeling.macbert import (
-    MacBertConfig,
-    MacBertForMaskedLM,
-    MacBertForPreTraining,
-    MacBertForQuestionAnswering,
-    MacBertForSequenceClassification,
-    MacBertForSpellingCorrection,
-    MacBertForTokenClassification,
-    MacBertModel,
-)
+import hf_plm_ext.modeling
 from hf_plm_ext.modeling.macbert.pipeline_spelling_correction import TASK as SPELLING_CORRECTION
 from hf_plm_ext.modeling.macbert.pipeline_spelling_correction import SpellingCorrectionPipeline
-from hf_plm_ext.modeling.rev_lsh import (
-    RevLSHConfig,
-    RevLSHForCausalLM,
-    RevLSHForMaskedLM,
-    RevLSHForSequenceClassification,
-    RevLSHModel,
-)
-from hf_plm_ext.modeling.transfo_xl import (
-    TransfoXLConfig,
-    TransfoXLForSequenceClassification,
-    TransfoXLLMHeadModel,
-    TransfoXLModel,
-)
-
 
 
 class AutoModelForSpellingCorrection(_BaseAutoModelClass):
@@ -72,39 +40,16 @@ def auto_class(name: str):
     return getattr(transformers, name, None) or PACKAGE_AUTO_CLASSES[name]
 
 
-FAMILIES = {
-    MacBertConfig: {
-        "AutoModel": MacBertModel,
-        "AutoModelForMaskedLM": MacBertForMaskedLM,
-        "AutoModelForPreTraining": MacBertForPreTraining,
-        "AutoModelForSequenceClassification": MacBertForSequenceClassification,
-        "AutoModelForTokenClassification": MacBertForTokenClassification,
-        "AutoModelForQuestionAnswering": MacBertForQuestionAnswering,
-        "AutoModelForSpellingCorrection": MacBertForSpellingCorrection,  # MacBERT4CSC
-    },
-    ElectraRTDConfig: {
-        "AutoModel": ElectraRTDModel,  # the discriminator's encoder
-        "AutoModelForPreTraining": ElectraForRTDPreTraining,
-        "AutoModelForSequenceClassification": ElectraRTDForSequenceClassification,  # the discriminator + a head
-    },
-    TransfoXLConfig: {
-        "AutoModel": TransfoXLModel,
-        "AutoModelForCausalLM": TransfoXLLMHeadModel,
-        "AutoModelForSequenceClassification": TransfoXLForSequenceClassification,
-    },
-    RevLSHConfig: {
-        "AutoModel": RevLSHModel,
-        "AutoModelForMaskedLM": RevLSHForMaskedLM,
-        "AutoModelForCausalLM": RevLSHForCausalLM,  # needs is_decoder=True
-        "AutoModelForSequenceClassification": RevLSHForSequenceClassification,
-    },
-    # (its entity-typing and relation heads have no Auto class: KAdapterForEntityTyping.from_pretrained, ...)
-    KAdapterConfig: {
-        "AutoModel": KAdapterModel,
-        "AutoModelForSequenceClassification": KAdapterForSequenceClassification,
-        "AutoModelForTokenClassification": KAdapterForTokenClassification,
-    },
-}
+def family_folders() -> list:
+    """The family folders under ``hf_plm_ext.modeling`` (``modeling/`` in the checkout), by name."""
+    return [importlib.import_module(f"{hf_plm_ext.modeling.__name__}.{folder.name}")
+            for folder in pkgutil.iter_modules(hf_plm_ext.modeling.__path__) if folder.ispkg]
+
+
+# config class -> {Auto class name: model class}, from each folder's AUTO_CLASSES
+FAMILIES = {folder.AUTO_CLASSES["AutoConfig"]: {auto: cls for auto, cls in folder.AUTO_CLASSES.items()
+                                                if auto != "AutoConfig"}
+            for folder in family_folders()}
 
 
 def _code_path(cls) -> str:

@@ -1,9 +1,13 @@
 """The family tester's table: one tiny config per family (and variant), the model classes registered for it, and
 inputs any of them takes. ``tests/test_family_common.py`` runs one suite over every row, in the manner of
-transformers' ``ModelTesterMixin``; a new family is one entry in ``TINY_CONFIGS``.
+transformers' ``ModelTesterMixin``; a new family is one entry in ``TINY_CONFIGS`` (the tester fails for a family
+without one), and what the family does differently from what the tester assumes is said in its row.
 
 Every config here is tiny (hidden sizes 16-128, two layers): the default test run builds no production-size model.
 """
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -18,7 +22,7 @@ def tiny_macbert(**overrides):
 
 
 def tiny_electra_rtd(**overrides):
-    return ElectraRTDConfig.from_size("tiny", vocab_size=VOCAB, mask_token_id=4, **overrides)
+    return ElectraRTDConfig.from_size("tiny", **{**dict(vocab_size=VOCAB, mask_token_id=4), **overrides})
 
 
 def tiny_transfo_xl(**overrides):
@@ -58,16 +62,40 @@ def tiny_k_adapter(**overrides):
                                     adapter_intermediate_size=32, adapter_dropout=0.0), **overrides})
 
 
+def text_hidden_size(config) -> int:
+    return config.get_text_config().hidden_size
+
+
+@dataclass(frozen=True)
+class Tiny:
+    """A row of the tester's table: a tiny config (``row(**overrides)`` makes one) and what its family does
+    differently from what the tester assumes."""
+
+    make: Callable
+    # each hidden state's width, from the config
+    hidden_state_width: Callable = text_hidden_size
+    # a forward argument that generate(**kwargs) must hand on to every step, and a value for it (generating families)
+    generate_argument: tuple | None = None
+
+    def __call__(self, **overrides):
+        return self.make(**overrides)
+
+
+def both_halves(config) -> int:
+    return 2 * config.hidden_size
+
+
 # name -> a tiny config of that family (a variant's name says how it differs)
 TINY_CONFIGS = {
-    "macbert": tiny_macbert,
-    "electra-rtd": tiny_electra_rtd,
-    "transfo-xl": tiny_transfo_xl,
-    "transfo-xl-adaptive": tiny_transfo_xl_adaptive,
-    "rev-lsh": tiny_rev_lsh,
-    "rev-lsh-plain": tiny_rev_lsh_plain,
-    "rev-lsh-rotary": tiny_rev_lsh_rotary,
-    "k-adapter": tiny_k_adapter,
+    "macbert": Tiny(tiny_macbert),
+    "electra-rtd": Tiny(tiny_electra_rtd),
+    "transfo-xl": Tiny(tiny_transfo_xl, generate_argument=("clamp_len", 3)),
+    "transfo-xl-adaptive": Tiny(tiny_transfo_xl_adaptive, generate_argument=("clamp_len", 3)),
+    # rev-lsh: its hidden states are the two reversible halves side by side
+    "rev-lsh": Tiny(tiny_rev_lsh, both_halves, generate_argument=("num_hashes", 1)),
+    "rev-lsh-plain": Tiny(tiny_rev_lsh_plain, both_halves, generate_argument=("num_hashes", 1)),
+    "rev-lsh-rotary": Tiny(tiny_rev_lsh_rotary, both_halves, generate_argument=("num_hashes", 1)),
+    "k-adapter": Tiny(tiny_k_adapter),
 }
 
 

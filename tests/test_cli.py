@@ -78,18 +78,22 @@ def test_a_sub_command_names_its_objective_no_flag_switches_it(capsys):
     assert stopped.value.code == 2 and "--objective" in capsys.readouterr().err
 
 
-def test_every_package_folder_is_listed_for_the_wheel():
-    """pyproject lists the packages by hand (modeling/ installs as hf_plm_ext.modeling): an editable install finds
-    an unlisted one anyway, a wheel silently leaves it out (adapters and distill were missing)."""
-    import tomllib
+def test_setuptools_finds_every_package_folder_for_the_wheel():
+    """setup.py's discovery (modeling/ installs as hf_plm_ext.modeling): an editable install finds any package, a
+    wheel only those setuptools was given (adapters and distill were once missing from a hand-written list)."""
+    import json
+    import subprocess
+    import sys
 
     from conftest import REPO
 
-    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    given = subprocess.run([sys.executable, "-c", "import json, runpy, setuptools; setuptools.setup = lambda **kw: "
+                            "print(json.dumps(sorted(kw['packages']))); runpy.run_path('setup.py')"], cwd=REPO,
+                           capture_output=True, text=True, check=True).stdout
     found = set()
     for root, prefix in (("hf_plm_ext", "hf_plm_ext"), ("modeling", "hf_plm_ext.modeling"),
-                         ("hf_plm_ext_cli", "hf_plm_ext_cli")):
+                         ("hf_plm_ext_cli", "hf_plm_ext_cli"), ("hub_cards", "hf_plm_ext.hub_cards")):
         for init in (REPO / root).rglob("__init__.py"):
             parts = init.parent.relative_to(REPO / root).parts
             found.add(".".join((prefix, *parts)))
-    assert found - listed == set()
+    assert json.loads(given) == sorted(found)

@@ -77,9 +77,11 @@ def test_attention_kl_is_the_row_kl_of_the_masked_distributions():
     fewer = student[:, :1]
     p_avg, q_avg = teacher[1].softmax(-1).mean(0), fewer[1, 0].softmax(-1)
     row = (p_avg * (p_avg.log() - q_avg.log())).sum(-1)
-    full = losses.attention_kl(fewer, teacher, torch.ones(2, 4))
-    assert full > 0 and torch.isfinite(full)
     assert torch.allclose(losses.attention_kl(fewer[1:], teacher[1:]), row.mean(), atol=1e-6)
+    p0, q0 = teacher[0].softmax(-1).mean(0), fewer[0, 0].softmax(-1)
+    row0 = (p0 * (p0.log() - q0.log())).sum(-1)
+    full = losses.attention_kl(fewer, teacher, torch.ones(2, 4))  # both examples' rows, averaged
+    assert torch.allclose(full, torch.cat([row0, row]).mean(), atol=1e-6)
 
 
 def test_value_relation_kl_compares_relations_whatever_the_widths():
@@ -568,7 +570,11 @@ def test_a_bert_teacher_distils_into_a_distilbert_student_with_a_bfloat16_teache
     trainer.train()
     assert next(trainer.model.teacher.parameters()).dtype == torch.bfloat16
     logged = [entry for entry in trainer.state.log_history if "attention_loss" in entry]
+    weights = trainer.accelerator.unwrap_model(trainer.model).weights
     assert len(logged) == 4 and all(torch.isfinite(torch.tensor(entry["loss"])) for entry in logged)
+    for entry in logged:  # each step's loss: the weighted sum of the sub-losses logged beside it (4 digits each)
+        weighted = sum(weight * entry[name] for name, weight in weights.items() if weight)
+        assert entry["loss"] == pytest.approx(weighted, abs=1e-3 * (1 + len(weights))), (entry, weights)
 
 
 @pytest.mark.parametrize("family", ["rev-lsh", "transfo-xl"])
@@ -608,3 +614,39 @@ def test_activation_checkpointing_of_the_student_keeps_the_attention_loss_gradie
         DistillationModel(model, teacher, attention_only)(**batch()).loss.backward()
     checkpointed, expected = (m.bert.encoder.layer[0].attention.self.query.weight.grad for m in (student, plain))
     assert expected.abs().sum() > 0 and torch.allclose(checkpointed, expected, atol=1e-6)
+
+
+def test_distill_task_composes_the_runner_s_steps_in_one_pass(tmp_path, tiny_classifier_dir, shared_data,
+                                                              student_json):
+    """The modules of hf_plm_ext that ``distill_task`` calls, in order, each once: the runner twice (its data
+    before the stages, its evaluation after, which needs the trained student) and no other return."""
+    import sys
+    from pathlib import Path
+
+    import hf_plm_ext
+    from hf_plm_ext.distill.recipe import DistillTaskArguments, distill_task
+
+    package = str(Path(hf_plm_ext.__file__).parent) + "/"
+    recipe = package + "distill/recipe.py"
+    called = []
+
+    def record(frame, event, arg):
+        if event == "call" and frame.f_back is not None and frame.f_back.f_code.co_filename == recipe:
+            module = frame.f_code.co_filename
+            if module.startswith(package) and module != recipe and (not called or called[-1] != module):
+                called.append(module)
+
+    args = DistillTaskArguments(teacher=str(tiny_classifier_dir), task="glue/mrpc", output=str(tmp_path / "student"),
+                                student_config=str(student_json), data_dir=str(shared_data / "glue/MRPC"),
+                                max_train_samples=16)
+    training = TrainingArguments(output_dir=str(tmp_path / "unused"), max_steps=1, per_device_train_batch_size=8,
+                                 report_to="none", use_cpu=True, save_strategy="no", disable_tqdm=True)
+    sys.setprofile(record)
+    try:
+        distill_task(args, DistillationArguments(stage="intermediate"), training)
+    finally:
+        sys.setprofile(None)
+    modules = [module[len(package):] for module in called]
+    assert modules == ["eval/tasks.py", "checkpoints/loading.py", "distill/student.py", "eval/runner.py",
+                       "distill/trainer.py", "eval/runner.py", "checkpoints/saving.py", "checkpoints/results.py",
+                       "hub/cards.py"], modules

@@ -8,7 +8,7 @@ from transformers import AutoModel, AutoModelForMaskedLM, BertModel
 
 import hf_plm_ext
 from hf_plm_ext import MacBertConfig, MacBertForMaskedLM, MacBertModel
-from hf_plm_ext.registry import FAMILIES, family_auto_map
+from hf_plm_ext.registry import FAMILIES
 
 from conftest import tiny_macbert_config
 
@@ -19,8 +19,13 @@ def test_save_pretrained_writes_code_and_complete_auto_map(tmp_path):
     assert {"configuration_macbert.py", "modeling_macbert.py", "model.safetensors", "config.json"} <= names
     assert not any(n.endswith((".bin", ".pt", ".pth", ".pkl")) for n in names)
     auto_map = json.loads((tmp_path / "config.json").read_text())["auto_map"]
-    assert auto_map == family_auto_map(MacBertConfig)
     assert set(auto_map) == {"AutoConfig", *FAMILIES[MacBertConfig]}
+    # each entry names a file written beside the weights and a class that file defines (what trust_remote_code reads)
+    for auto_name, reference in auto_map.items():
+        module, class_name = reference.split(".")
+        assert f"\nclass {class_name}(" in (tmp_path / f"{module}.py").read_text(), reference
+    assert auto_map["AutoModelForMaskedLM"] == "modeling_macbert.MacBertForMaskedLM"
+    assert auto_map["AutoConfig"] == "configuration_macbert.MacBertConfig"
 
 
 def test_in_process_load_needs_no_trust_remote_code(tmp_path):
@@ -65,7 +70,12 @@ def test_the_public_api_is_at_the_top_level_and_in_the_readme():
     api = readme[readme.index("## Python API"):]
     missing = [name for name in hf_plm_ext.__all__ if f"`{name}`" not in api]
     assert missing == [], f"public names the README's Python API section does not list: {missing}"
-    assert all(getattr(hf_plm_ext, name) is not None for name in hf_plm_ext.__all__)
+    # each name is the object it says: a class or function of that name, or one of the two tables
+    assert [name for name in hf_plm_ext.__all__ if getattr(getattr(hf_plm_ext, name), "__name__", None) != name
+            and name not in ("FAMILIES", "OBJECTIVES")] == []
+    from hf_plm_ext.training.objectives import OBJECTIVES as objective_table
+
+    assert hf_plm_ext.FAMILIES is FAMILIES and hf_plm_ext.OBJECTIVES is objective_table
 
 
 README = Path(__file__).resolve().parents[1] / "README.md"

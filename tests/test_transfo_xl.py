@@ -502,9 +502,9 @@ def test_right_padding_leaves_the_tokens_states_as_alone():
 
 
 @pytest.mark.parametrize("fields, message", [
-    (dict(d_model=0), "d_model must be positive"),
-    (dict(n_layer=-1), "n_layer must be positive"),
-    (dict(mem_len=-5), "mem_len must be >= 0"),
+    (dict(d_model=0), r"'d_model':\s+ValueError: Value must be greater or equal to 1"),
+    (dict(n_layer=-1), r"'n_layer':\s+ValueError: Value must be greater or equal to 1"),
+    (dict(mem_len=-5), r"'mem_len':\s+ValueError: Value must be greater or equal to 0"),
     (dict(attn_type=2), "attn_type must be 0"),
     (dict(adaptive=True, cutoffs=[30, 10]), "strictly increasing"),
     (dict(adaptive=True, cutoffs=[10, 50]), "must be < vocab_size"),

@@ -1,7 +1,8 @@
 """TinyBERT's two-stage recipe: general distillation on unlabelled text, task distillation on a GLUE/CLUE task.
 
-:func:`distill_task` composes the GLUE/CLUE runner's steps (``load_task_data`` -> the student -> TinyBERT's
-augmentation, if asked -> ``tokenize`` -> a :class:`DistillationTrainer` per stage -> ``evaluate_splits`` -> the student saved with its results and card);
+:func:`distill_task` composes the GLUE/CLUE runner's steps in one pass (the checkpoints -> the student ->
+``load_task_data`` -> ``encode_splits``, with TinyBERT's augmentation if asked -> a :class:`DistillationTrainer` per
+stage -> ``evaluate_models`` -> the student saved with its results and card);
 :func:`distill_general` distils an encoder on token blocks of text files.
 """
 
@@ -10,17 +11,20 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer, TrainingArguments, set_seed
+from transformers import (AutoModel, AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding,
+                          TrainingArguments, set_seed)
 
+from hf_plm_ext.checkpoints.loading import check_sequence_length, check_tokenizer_fits, load_pretrained
+from hf_plm_ext.checkpoints.results import write_results
+from hf_plm_ext.checkpoints.saving import save_final
 from hf_plm_ext.distill.layer_map import layer_map_from
 from hf_plm_ext.distill.student import STUDENT_PRESETS, student_config, student_from_teacher_layers
-from hf_plm_ext.distill.trainer import STAGES, DistillationArguments, DistillationTrainer
+from hf_plm_ext.distill.trainer import DistillationArguments, DistillationTrainer
 from hf_plm_ext.errors import UserInputError
-from hf_plm_ext.eval.runner import (FinetuneArguments, build_classifier, classification_trainer, evaluate_splits,
-                                    load_task_data, parameter_counts, tokenize)
-from hf_plm_ext.checkpoints.loading import check_tokenizer_fits, load_pretrained
-from hf_plm_ext.checkpoints.saving import save_final
+from hf_plm_ext.eval.runner import FinetuneArguments, encode_splits, evaluate_models, load_task_data, parameter_counts
+from hf_plm_ext.eval.tasks import get_task
 from hf_plm_ext.files import staged_output
+from hf_plm_ext.hub.cards import render_card
 
 STUDENT_HELP = (f"a fresh student of the teacher's family and vocabulary: a preset ({', '.join(STUDENT_PRESETS)}) "
                 f"or a JSON file of config fields to change (e.g. {{\"num_hidden_layers\": 2}})")
@@ -106,66 +110,66 @@ def teacher_layers_of(spec: str, teacher) -> list[int]:
     return list(layer_map_from(spec, len(spec.split(",")), depth).teacher_layers)
 
 
-def distillation_trainer(student, teacher, distill_args, stage, training_args, train_dataset, tokenizer, task,
-                         eval_datasets=None, output_dir=None):
-    try:
-        return classification_trainer(student, tokenizer, task, train_dataset, eval_datasets, training_args,
-                                      DistillationTrainer, teacher=teacher,
-                                      distillation_args=dataclasses.replace(distill_args, stage=stage))
-    except ValueError as err:
-        raise UserInputError(str(err)) from None
-
-
 def check_same_vocabulary(student_config, teacher_config):
     if student_config.vocab_size != teacher_config.vocab_size:
         raise UserInputError(f"student and teacher must share a vocabulary: the student has "
                              f"{student_config.vocab_size} tokens, the teacher {teacher_config.vocab_size}")
 
 
-def check_teacher_for_task(teacher, task, where):
+def check_teacher_for_task(teacher, task_name: str, num_labels: int, is_regression: bool, where):
     if getattr(teacher, "newly_initialised_modules", None):
-        raise UserInputError(f"--teacher {where} is not fine-tuned for {task.name}: its "
+        raise UserInputError(f"--teacher {where} is not fine-tuned for {task_name}: its "
                              f"{', '.join(teacher.newly_initialised_modules)} would start random (fine-tune it "
                              f"first: hf-plm-ext finetune)")
-    if teacher.config.num_labels != task.num_labels:
-        raise UserInputError(f"--teacher {where} has a classifier of {teacher.config.num_labels} labels; {task.name} "
-                             f"has {task.num_labels}: the teacher must be fine-tuned for this task")
-    if (teacher.config.problem_type == "regression") != task.is_regression:
+    if teacher.config.num_labels != num_labels:
+        raise UserInputError(f"--teacher {where} has a classifier of {teacher.config.num_labels} labels; {task_name} "
+                             f"has {num_labels}: the teacher must be fine-tuned for this task")
+    if (teacher.config.problem_type == "regression") != is_regression:
         raise UserInputError(f"--teacher {where} is a {teacher.config.problem_type or 'classification'} model; "
-                             f"{task.name} is {'a regression' if task.is_regression else 'a classification'} task")
+                             f"{task_name} is {'a regression' if is_regression else 'a classification'} task")
 
 
 def distill_task(args: DistillTaskArguments, distill_args: DistillationArguments,
                  training_args: TrainingArguments) -> dict:
     """Distil ``args.teacher`` into a student on one GLUE/CLUE task, stage after stage (``distill_args.stage``,
     e.g. ``intermediate,prediction``), evaluate the student and the teacher, and write the student with
-    ``eval_results.json``, ``distill_results.json`` and its card into ``args.output`` (all or nothing)."""
+    ``eval_results.json``, ``distill_results.json`` and its card into ``args.output`` (all or nothing).
+
+    One pass over the steps: the task; the checkpoints; the student; the runner's data (augmented inside its
+    encoding step); the stages; the runner's evaluation; saving, results and card. The runner is visited twice,
+    before and after training: its evaluation needs the trained student."""
     set_seed(training_args.seed)
     benchmark, task_name = parse_task(args.task)
+    task = get_task(benchmark, task_name)
+    labels = (task.name, task.num_labels, task.is_regression)  # what the teacher is checked against
+    tokenizer = load_pretrained(AutoTokenizer, args.teacher, "teacher tokenizer")
+    teacher = load_pretrained(AutoModelForSequenceClassification, args.teacher, "teacher")
+    check_tokenizer_fits(tokenizer, teacher, "the teacher")  # and so the student, which shares its vocabulary
+    check_sequence_length(teacher, args.max_seq_length)
+    student = None
+    if args.student and not (args.student_config or args.student_layers):
+        student = load_pretrained(AutoModelForSequenceClassification, args.student, "student",
+                                  **label_fields(teacher.config))
+        check_sequence_length(student, args.max_seq_length)
+    check_teacher_for_task(teacher, *labels, args.teacher)
+    student = student or build_student(args, teacher, AutoModelForSequenceClassification)
+    check_same_vocabulary(student.config, teacher.config)
+
+    augmentation = {}
+
+    def augment(examples):
+        with training_args.main_process_first(desc="augmentation"):  # rank 0 writes the cache, the others read it
+            augmented = augmented_training_examples(args, examples, data.train_file, tokenizer, teacher)
+        augmentation.update(copies=args.augment, candidates=args.augment_candidates,
+                            probability=args.augment_probability, masked_lm=args.augment_mlm,
+                            original_examples=len(examples), augmented_examples=len(augmented))
+        return augmented
+
     finetune_args = FinetuneArguments(task=task_name, model=args.teacher, output=args.output, data_dir=args.data_dir,
                                       train_file=args.train_file, validation_file=args.validation_file,
                                       max_seq_length=args.max_seq_length, max_train_samples=args.max_train_samples)
     data = load_task_data(benchmark, finetune_args)
-    tokenizer = load_pretrained(AutoTokenizer, args.teacher, "teacher tokenizer")
-    teacher = load_pretrained(AutoModelForSequenceClassification, args.teacher, "teacher")
-    check_teacher_for_task(teacher, data.task, args.teacher)
-    student = build_student(args, teacher, AutoModelForSequenceClassification)
-    if student is None:
-        check_same_vocabulary(load_pretrained(AutoConfig, args.student, "student config"), teacher.config)
-        student, _ = build_classifier(data.task, dataclasses.replace(finetune_args, model=args.student))
-    check_tokenizer_fits(tokenizer, student, "the student")
-    train_examples = data.train if args.max_train_samples is None else data.train.first(args.max_train_samples)
-    augmentation = None
-    if args.augment:
-        with training_args.main_process_first(desc="augmentation"):  # rank 0 writes the cache, the others read it
-            augmented = augmented_training_examples(args, train_examples, data.train_file, tokenizer, teacher)
-        augmentation = {"copies": args.augment, "candidates": args.augment_candidates,
-                        "probability": args.augment_probability, "masked_lm": args.augment_mlm,
-                        "original_examples": len(train_examples), "augmented_examples": len(augmented)}
-        train_examples = augmented
-    train_dataset = tokenize(train_examples, tokenizer, args.max_seq_length)
-    eval_datasets = {split: tokenize(examples, tokenizer, args.max_seq_length)
-                     for split, examples in data.validation.items()}
+    train_dataset, eval_datasets = encode_splits(data, tokenizer, finetune_args, augment if args.augment else None)
 
     stage_settings = {"intermediate": (training_args.num_train_epochs, training_args.learning_rate),
                       "prediction": (args.prediction_epochs, args.prediction_learning_rate),
@@ -176,8 +180,13 @@ def distill_task(args: DistillTaskArguments, distill_args: DistillationArguments
             epochs, learning_rate = stage_settings[stage]
             stage_args = dataclasses.replace(training_args, output_dir=str(staging / f"stage-{index}-{stage}"),
                                              num_train_epochs=epochs, learning_rate=learning_rate)
-            trainer = distillation_trainer(student, teacher, distill_args, stage, stage_args, train_dataset,
-                                           tokenizer, data.task)
+            try:
+                trainer = DistillationTrainer(model=student, teacher=teacher, args=stage_args,
+                                              distillation_args=dataclasses.replace(distill_args, stage=stage),
+                                              train_dataset=train_dataset, processing_class=tokenizer,
+                                              data_collator=DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8))
+            except ValueError as err:
+                raise UserInputError(str(err)) from None
             train_result = trainer.train()
             trainer.accelerator.unwrap_model(trainer.model).remove_hooks()
             stages.append({"stage": stage, "epochs": epochs, "learning_rate": learning_rate,
@@ -185,26 +194,31 @@ def distill_task(args: DistillTaskArguments, distill_args: DistillationArguments
                            "train_metrics": train_result.metrics, "sub_losses": trainer.sub_loss_history[-1:]})
             _remove_folder(staging / f"stage-{index}-{stage}")
         eval_args = dataclasses.replace(training_args, output_dir=str(staging / "evaluation"))
-        evaluator = classification_trainer(student, tokenizer, data.task, None, eval_datasets, eval_args)
-        teacher_evaluator = classification_trainer(teacher, tokenizer, data.task, None, eval_datasets, eval_args)
-        distillation = {"teacher": str(args.teacher), "teacher_parameters": parameter_counts(teacher)["total"],
-                        "student_parameters": parameter_counts(student)["total"],
-                        "student_from": _student_source(args), "augmentation": augmentation, "stages": stages,
-                        "arguments": dataclasses.asdict(distill_args),
-                        "teacher_results": evaluate_splits(teacher_evaluator, data, eval_datasets)}
-        results = {"benchmark": benchmark, "task": data.task.name, "model": _student_source(args),
+        evaluated = evaluate_models({"student": student, "teacher": teacher}, tokenizer, data, eval_datasets,
+                                    eval_args)
+        (evaluator, student_results, student_parameters), (_, teacher_results, teacher_parameters) = (
+            evaluated["student"], evaluated["teacher"])
+        distillation = {"teacher": str(args.teacher), "teacher_parameters": teacher_parameters["total"],
+                        "student_parameters": student_parameters["total"],
+                        "student_from": _student_source(args), "augmentation": augmentation or None,
+                        "stages": stages, "arguments": dataclasses.asdict(distill_args),
+                        "teacher_results": teacher_results}
+        results = {"benchmark": benchmark, "task": labels[0], "model": _student_source(args),
                    "train_file": str(data.train_file), "num_train_examples": len(train_dataset),
-                   "world_size": training_args.world_size, "parameters": parameter_counts(student),
-                   "distillation": distillation, "results": evaluate_splits(evaluator, data, eval_datasets)}
+                   "world_size": training_args.world_size, "parameters": student_parameters,
+                   "distillation": distillation, "results": student_results}
         save_final(evaluator, staging)
         _remove_folder(staging / "evaluation")
         if evaluator.is_world_process_zero():
-            from hf_plm_ext.checkpoints.results import write_results
-            from hf_plm_ext.hub.cards import render_card
-
             write_results(staging, results)
             render_card(staging).save(str(staging / "README.md"))
     return results
+
+
+def label_fields(config) -> dict:
+    """A classifier config's label fields, for a head of the same labels."""
+    return {"num_labels": config.num_labels, "problem_type": config.problem_type, "id2label": config.id2label,
+            "label2id": config.label2id}
 
 
 def augmented_training_examples(args: DistillTaskArguments, examples, train_file, tokenizer, teacher):
@@ -274,8 +288,6 @@ def distill_general(args: DistillGeneralArguments, distill_args: DistillationArg
         save_final(trainer, staging)
         _remove_folder(staging / "training")
         if trainer.is_world_process_zero():
-            from hf_plm_ext.hub.cards import render_card
-
             (staging / "distill_results.json").write_text(json.dumps(results, indent=2) + "\n")
             render_card(staging).save(str(staging / "README.md"))
     return results

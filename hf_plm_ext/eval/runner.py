@@ -196,10 +196,10 @@ def build_classifier(task: Task, args: FinetuneArguments, peft_config=None):
         pad_with_eos(tokenizer)  # a causal LM's (GPT-2's, a Transformer-XL's words), as transformers users do
         config.pad_token_id = tokenizer.pad_token_id
     if args.freeze_adapters:
-        if config.model_type != "k-adapter":
+        if not callable(getattr(config, "freeze_adapters", None)):  # the family's rule: K-Adapter's config has one
             raise UserInputError(f"--freeze-adapters is for K-Adapter checkpoints; {args.model} is a "
                                  f"{config.model_type!r} one")
-        config.frozen_adapters = list(config.adapter_names)
+        config.freeze_adapters()
     model = load_pretrained(AutoModelForSequenceClassification, args.model, "model", config=config,
                             ignore_mismatched_sizes=args.ignore_mismatched_sizes)
     check_tokenizer_fits(tokenizer, model, args.model)
@@ -215,11 +215,15 @@ def build_classifier(task: Task, args: FinetuneArguments, peft_config=None):
     return model, tokenizer
 
 
-def encode_splits(data: TaskData, tokenizer, args: FinetuneArguments):
-    """``(train_dataset, {split: eval_dataset})``, tokenised and truncated to ``args.max_seq_length``."""
+def encode_splits(data: TaskData, tokenizer, args: FinetuneArguments, transform_train=None):
+    """``(train_dataset, {split: eval_dataset})``, tokenised and truncated to ``args.max_seq_length``;
+    ``transform_train``: a function of the training examples (the first ``args.max_train_samples``) that returns
+    the ones to train on (a recipe's augmentation)."""
     train_examples = data.train if args.max_train_samples is None else data.train.first(args.max_train_samples)
-    return tokenize(train_examples, tokenizer, args.max_seq_length), {split: tokenize(examples, tokenizer, args.max_seq_length)
-                           for split, examples in data.validation.items()}
+    if transform_train is not None:
+        train_examples = transform_train(train_examples)
+    return (tokenize(train_examples, tokenizer, args.max_seq_length),
+            {split: tokenize(examples, tokenizer, args.max_seq_length) for split, examples in data.validation.items()})
 
 
 def classification_trainer(model, tokenizer, task: Task, train_dataset, eval_datasets, training_args,
@@ -248,6 +252,16 @@ def evaluate_splits(trainer, data: TaskData, eval_datasets: dict) -> list[dict]:
             "eval_loss": metrics.get("eval_loss"),
         })
     return results
+
+
+def evaluate_models(models: dict, tokenizer, data: TaskData, eval_datasets: dict, training_args) -> dict:
+    """``{name: (evaluation trainer, results of evaluate_splits, parameter counts)}`` for each model of ``models``
+    (e.g. a distilled student and its teacher) on every validation split."""
+    evaluated = {}
+    for name, model in models.items():
+        trainer = classification_trainer(model, tokenizer, data.task, None, eval_datasets, training_args)
+        evaluated[name] = (trainer, evaluate_splits(trainer, data, eval_datasets), parameter_counts(model))
+    return evaluated
 
 
 def parameter_counts(model) -> dict:

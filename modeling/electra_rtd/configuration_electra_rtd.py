@@ -11,6 +11,7 @@ import warnings
 
 from huggingface_hub.dataclasses import strict
 from transformers import ElectraConfig, PreTrainedConfig
+from transformers.utils.type_validators import interval, probability
 
 # Discriminator sizes of the paper (util/training_utils.py): layers, hidden, embedding size.
 SIZES = {
@@ -70,13 +71,13 @@ class ElectraRTDConfig(PreTrainedConfig):
 
     discriminator_config: dict | ElectraConfig | None = None
     generator_config: dict | ElectraConfig | None = None
-    generator_hidden_fraction: float | int = 0.25
-    generator_layers_fraction: float | int = 1.0
-    gen_weight: float | int = 1.0
-    disc_weight: float | int = 50.0
-    temperature: float | int = 1.0
-    mask_prob: float | int = 0.15
-    mask_replace_prob: float | int = 0.85
+    generator_hidden_fraction: float | int = interval(min=0, exclude_min=True)(default=0.25)
+    generator_layers_fraction: float | int = interval(min=0, exclude_min=True)(default=1.0)
+    gen_weight: float | int = interval(min=0)(default=1.0)
+    disc_weight: float | int = interval(min=0)(default=50.0)
+    temperature: float | int = interval(min=0, exclude_min=True)(default=1.0)
+    mask_prob: float | int = interval(min=0, max=1, exclude_min=True, exclude_max=True)(default=0.15)
+    mask_replace_prob: float | int = probability(default=0.85)
     mask_token_id: int | None = None
     tie_embeddings: bool = True
     disallow_correct: bool = False
@@ -138,16 +139,6 @@ class ElectraRTDConfig(PreTrainedConfig):
 
     def validate_electra_rtd_fields(self):
         """Run by ``@strict`` after ``__init__`` and by ``config.validate()``."""
-        if not 0.0 < self.mask_prob < 1.0:
-            raise ValueError(f"ElectraRTDConfig.mask_prob must be in (0, 1), got {self.mask_prob!r}")
-        if not 0.0 <= self.mask_replace_prob <= 1.0:
-            raise ValueError(f"ElectraRTDConfig.mask_replace_prob must be in [0, 1], got {self.mask_replace_prob!r}")
-        for name in ("generator_hidden_fraction", "generator_layers_fraction", "temperature"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"ElectraRTDConfig.{name} must be positive, got {getattr(self, name)!r}")
-        for name in ("gen_weight", "disc_weight"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"ElectraRTDConfig.{name} must be non-negative, got {getattr(self, name)!r}")
         generator, discriminator = self.generator_config, self.discriminator_config
         for config_name, config in (("generator_config", generator), ("discriminator_config", discriminator)):
             if config.hidden_size % config.num_attention_heads:

@@ -7,6 +7,7 @@ adapters and heads) or are saved with the model (``embed_backbone``, and always 
 
 from huggingface_hub.dataclasses import strict
 from transformers import AutoConfig, AutoModel, PreTrainedConfig
+from transformers.utils.type_validators import interval, probability
 from transformers.configuration_utils import SubConfigSpec
 from transformers.dynamic_module_utils import get_class_from_dynamic_module
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
@@ -76,13 +77,13 @@ class KAdapterConfig(PreTrainedConfig):
     embed_backbone: bool = False
     adapter_names: list[str] | tuple[str, ...] = ("adapter",)
     adapter_layers: list[int] | tuple[int, ...] | None = None
-    adapter_size: int = 768
-    adapter_num_layers: int = 2
-    adapter_num_attention_heads: int = 12
-    adapter_intermediate_size: int = 3072
+    adapter_size: int = interval(min=1)(default=768)
+    adapter_num_layers: int = interval(min=1)(default=2)
+    adapter_num_attention_heads: int = interval(min=1)(default=12)
+    adapter_intermediate_size: int = interval(min=1)(default=3072)
     adapter_hidden_act: str = "gelu"
-    adapter_dropout: float | int = 0.1
-    adapter_skip_layers: int = 0
+    adapter_dropout: float | int = interval(min=0.0, max=1.0, exclude_max=True)(default=0.1)
+    adapter_skip_layers: int = interval(min=0)(default=0)
     adapter_initializer_range: float | int = 0.0002
     fusion: str = "concat"
     frozen_adapters: list[str] | tuple[str, ...] = ()
@@ -126,6 +127,11 @@ class KAdapterConfig(PreTrainedConfig):
     def num_attention_heads(self) -> int:
         return self.backbone_config.num_attention_heads
 
+    def freeze_adapters(self) -> None:
+        """Keep every adapter frozen in training, the fusion and the head trained (the paper's ``--freeze_adapter``;
+        what ``finetune --freeze-adapters`` asks of a checkpoint)."""
+        self.frozen_adapters = list(self.adapter_names)
+
     def saves_backbone(self) -> bool:
         return self.embed_backbone or not self.backbone_name_or_path
 
@@ -144,17 +150,9 @@ class KAdapterConfig(PreTrainedConfig):
                              f"{self.adapter_names})")
         if self.fusion not in FUSIONS:
             raise ValueError(f"KAdapterConfig.fusion must be one of {FUSIONS}, got {self.fusion!r}")
-        for name in ("adapter_size", "adapter_num_layers", "adapter_num_attention_heads",
-                     "adapter_intermediate_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"KAdapterConfig.{name} must be positive, got {getattr(self, name)}")
         if self.adapter_size % self.adapter_num_attention_heads:
             raise ValueError(f"KAdapterConfig.adapter_size ({self.adapter_size}) must split into "
                              f"adapter_num_attention_heads ({self.adapter_num_attention_heads})")
-        if self.adapter_skip_layers < 0:
-            raise ValueError(f"KAdapterConfig.adapter_skip_layers must be non-negative, got {self.adapter_skip_layers}")
-        if not 0.0 <= self.adapter_dropout < 1.0:
-            raise ValueError(f"KAdapterConfig.adapter_dropout must be in [0, 1), got {self.adapter_dropout}")
 
 
 __all__ = ["KAdapterConfig", "spread_layers"]

@@ -23,3 +23,19 @@ __all__ = [
     "MacBertPreTrainedModel",
     "MacBertSpellingCorrectionOutput",
 ]
+
+# The family's classes as hf_plm_ext's registry, the README's table and the family tester read them:
+# the Auto class each one serves
+AUTO_CLASSES = {
+    "AutoConfig": MacBertConfig,
+    "AutoModel": MacBertModel,
+    "AutoModelForMaskedLM": MacBertForMaskedLM,
+    "AutoModelForPreTraining": MacBertForPreTraining,
+    "AutoModelForSequenceClassification": MacBertForSequenceClassification,
+    "AutoModelForTokenClassification": MacBertForTokenClassification,
+    "AutoModelForQuestionAnswering": MacBertForQuestionAnswering,
+    "AutoModelForSpellingCorrection": MacBertForSpellingCorrection,  # MacBERT4CSC (hf_plm_ext's own Auto class)
+}
+# PEFT's default targets (hf_plm_ext/adapters/peft_targets.py registers them): its layers are BERT's modules, so
+# every method takes PEFT's entry for BERT
+PEFT_TARGETS = "bert"

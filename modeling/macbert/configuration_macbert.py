@@ -7,6 +7,7 @@ BERT's plus a distinct ``model_type`` and validated fields.
 
 from huggingface_hub.dataclasses import strict
 from transformers import BertConfig
+from transformers.utils.type_validators import interval, probability
 
 
 @strict
@@ -24,9 +25,9 @@ class MacBertConfig(BertConfig):
     """
 
     model_type = "macbert"
-    correction_loss_weight: float | int = 0.3
-    detection_focal_gamma: float | int = 2.0
-    detection_focal_alpha: float | int = 0.25
+    correction_loss_weight: float | int = probability(default=0.3)
+    detection_focal_gamma: float | int = interval(min=0)(default=2.0)
+    detection_focal_alpha: float | int = probability(default=0.25)
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -57,12 +58,6 @@ def _check_fields(config):
         value = getattr(config, name)
         if not 0.0 <= value < 1.0:
             raise ValueError(f"MacBertConfig.{name} must be in [0, 1), got {value!r}")
-    for name in ("correction_loss_weight", "detection_focal_alpha"):
-        value = getattr(config, name)
-        if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-            raise ValueError(f"MacBertConfig.{name} must be in [0, 1], got {value!r}")
-    if not isinstance(config.detection_focal_gamma, (int, float)) or config.detection_focal_gamma < 0:
-        raise ValueError(f"MacBertConfig.detection_focal_gamma must be >= 0, got {config.detection_focal_gamma!r}")
     if config.pad_token_id is not None and not 0 <= config.pad_token_id < config.vocab_size:
         raise ValueError(
             f"MacBertConfig.pad_token_id ({config.pad_token_id}) must be in [0, vocab_size={config.vocab_size})"

@@ -151,8 +151,10 @@ def attend(queries, keys, values, query_positions, key_positions, key_mask, caus
     if mask_self:
         itself = query_positions.unsqueeze(-1) == key_positions.unsqueeze(-2)
         scores = scores.masked_fill(itself, self_mask_value(scores.dtype))
+    # the normalisation in float32, as SDPA's: in bfloat16 a row near the self-mask value (-1e5) rounds by 512
+    scores = scores.float()
     logsumexp = scores.logsumexp(dim=-1, keepdim=True)
-    probs = nn.functional.dropout(torch.exp(scores - logsumexp), p=dropout, training=training)
+    probs = nn.functional.dropout(torch.exp(scores - logsumexp).to(values.dtype), p=dropout, training=training)
     return probs @ values, logsumexp.squeeze(-1), probs
 
 
@@ -340,9 +342,11 @@ class LSHSelfAttention(nn.Module):
             return out[:, :, 0], probs
         # the reference's formula, not softmax: for a token that sees only itself (-1e5 in float32) the two differ
         # by rounding, and converted checkpoints should give trax's and transformers' numbers
-        logsumexp = logsumexp.view(batch, heads, num_hashes, seq, 1)
+        # in float32: a bfloat16 logsumexp near the self-mask value (-1e5) is exact only to 512, so the rounds'
+        # weights would not sum to one (a token that sees only itself in two rounds came out twice its value)
+        logsumexp = logsumexp.view(batch, heads, num_hashes, seq, 1).float()
         round_weights = torch.exp(logsumexp - logsumexp.logsumexp(dim=2, keepdim=True))
-        return (out * round_weights).sum(dim=2), probs
+        return (out * round_weights.to(out.dtype)).sum(dim=2), probs
 
 
 def offset_buckets(buckets, total, attention_mask=None):

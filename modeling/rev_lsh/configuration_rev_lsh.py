@@ -11,10 +11,14 @@ import math
 
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
+from transformers.utils.type_validators import interval, probability
 
 LAYER_KINDS = ("lsh", "local", "full")
 HALVES = ("concat", "mean")
 POSITION_EMBEDDING_TYPES = ("absolute", "rotary", "axial")
+positive = interval(min=1)
+non_negative = interval(min=0)
+dropout_rate = interval(min=0.0, max=1.0, exclude_max=True)
 # What a fresh model of `from_size` has unless overridden (the class defaults are ReformerConfig's)
 FRESH_DEFAULTS = dict(bos_token_id=None, eos_token_id=None, combine_halves="mean")
 
@@ -69,28 +73,28 @@ class RevLSHConfig(PreTrainedConfig):
     keys_to_ignore_at_inference = ["cache"]  # generation's, not a prediction
 
     vocab_size: int = 320
-    hidden_size: int = 256
-    num_attention_heads: int = 4
-    attention_head_size: int = 64
+    hidden_size: int = positive(default=256)
+    num_attention_heads: int = positive(default=4)
+    attention_head_size: int = positive(default=64)
     attn_layers: list[str] | tuple[str, ...] = ("local", "lsh", "local", "lsh", "local", "lsh")
-    feed_forward_size: int = 512
+    feed_forward_size: int = positive(default=512)
     hidden_act: str = "relu"
-    chunk_size_feed_forward: int = 0
-    num_hashes: int = 1
+    chunk_size_feed_forward: int = non_negative(default=0)
+    num_hashes: int = positive(default=1)
     num_buckets: int | list[int] | None = None
     hash_seed: int | None = None
     lsh_attn_chunk_length: int = 64
-    lsh_num_chunks_before: int = 1
-    lsh_num_chunks_after: int = 0
+    lsh_num_chunks_before: int = non_negative(default=1)
+    lsh_num_chunks_after: int = non_negative(default=0)
     local_attn_chunk_length: int = 64
-    local_num_chunks_before: int = 1
-    local_num_chunks_after: int = 0
-    lsh_attention_probs_dropout_prob: float | int = 0.0
-    local_attention_probs_dropout_prob: float | int = 0.05
-    full_attention_probs_dropout_prob: float | int = 0.05
-    hidden_dropout_prob: float | int = 0.05
+    local_num_chunks_before: int = non_negative(default=1)
+    local_num_chunks_after: int = non_negative(default=0)
+    lsh_attention_probs_dropout_prob: float | int = dropout_rate(default=0.0)
+    local_attention_probs_dropout_prob: float | int = dropout_rate(default=0.05)
+    full_attention_probs_dropout_prob: float | int = dropout_rate(default=0.05)
+    hidden_dropout_prob: float | int = dropout_rate(default=0.05)
     is_decoder: bool = False
-    max_position_embeddings: int = 4096
+    max_position_embeddings: int = positive(default=4096)
     position_embedding_type: str = "absolute"
     rotary_emb_base: float | int = 10000.0
     axial_pos_shape: list[int] | tuple[int, ...] = (64, 64)
@@ -140,20 +144,10 @@ class RevLSHConfig(PreTrainedConfig):
             if not 1 <= value <= self.max_position_embeddings:
                 raise ValueError(f"RevLSHConfig.{name} must be in [1, max_position_embeddings="
                                  f"{self.max_position_embeddings}], got {value}")
-        for name in ("lsh_num_chunks_before", "lsh_num_chunks_after", "local_num_chunks_before",
-                     "local_num_chunks_after", "chunk_size_feed_forward"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"RevLSHConfig.{name} must be non-negative, got {getattr(self, name)}")
         factors = [self.num_buckets] if isinstance(self.num_buckets, int) else (self.num_buckets or [])
         if any(factor < 2 or factor % 2 for factor in factors):
             raise ValueError(f"RevLSHConfig.num_buckets must be even (a list: of even factors), got "
                              f"{self.num_buckets!r}")
-        if self.num_hashes < 1:
-            raise ValueError(f"RevLSHConfig.num_hashes must be at least 1, got {self.num_hashes}")
-        for name in ("hidden_size", "num_attention_heads", "attention_head_size", "feed_forward_size",
-                     "max_position_embeddings"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"RevLSHConfig.{name} must be positive, got {getattr(self, name)}")
         if self.combine_halves not in HALVES:
             raise ValueError(f"RevLSHConfig.combine_halves must be one of {HALVES}, got {self.combine_halves!r}")
         if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
@@ -171,10 +165,6 @@ class RevLSHConfig(PreTrainedConfig):
             if math.prod(self.axial_pos_shape) < self.max_position_embeddings:
                 raise ValueError(f"RevLSHConfig.axial_pos_shape {self.axial_pos_shape} must give at least "
                                  f"max_position_embeddings ({self.max_position_embeddings}) positions")
-        for name in ("lsh_attention_probs_dropout_prob", "local_attention_probs_dropout_prob",
-                     "full_attention_probs_dropout_prob", "hidden_dropout_prob"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"RevLSHConfig.{name} must be in [0, 1), got {getattr(self, name)}")
 
 
 __all__ = ["RevLSHConfig"]

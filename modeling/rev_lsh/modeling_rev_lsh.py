@@ -1,19 +1,18 @@
 """Reversible LSH models (Kitaev et al., 2020): LSH / local / full attention layers in a reversible stack.
 
 Each layer keeps two halves, ``x1`` and ``x2`` (both start as the embeddings): ``y1 = x1 + attention(x2)``,
-``y2 = x2 + feed_forward(y1)``. Training runs the stack through :class:`ReversibleFunction`, which keeps only the
-last layer's output and recomputes every layer's input from its output in backward, so activation memory does not
-grow with depth; the recomputation reuses the forward's LSH buckets and replays its dropout. The final hidden
-states join the two halves (``combine_halves``): side by side (``2 * hidden_size``), as in transformers' Reformer,
-whose weights convert key for key (``hf_plm_ext.convert.reformer``), or their mean (``hidden_size``), as in
-reformer-pytorch; then a LayerNorm.
+``y2 = x2 + feed_forward(y1)``. Training runs the stack through :class:`ReversibleFunction`
+(``reversible_rev_lsh.py``), which keeps only the last layer's output and recomputes every layer's input from its
+output in backward, so activation memory does not grow with depth; the recomputation reuses the forward's LSH
+buckets and replays its dropout. The final hidden states join the two halves (``combine_halves``): side by side
+(``2 * hidden_size``), as in transformers' Reformer, whose weights convert key for key
+(``hf_plm_ext.convert.reformer``), or their mean (``hidden_size``), as in reformer-pytorch; then a LayerNorm.
 
 Any input length works: the model pads to the least common multiple of the chunk lengths inside, masks the
 padding and cuts it from every output.
 """
 
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -21,13 +20,13 @@ from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import MaskedLMOutput, SequenceClassifierOutput
 from transformers.utils import ModelOutput, can_return_tuple, logging
 from transformers.utils.output_capturing import selected_hidden_states
 
 from .attention_rev_lsh import FullSelfAttention, LocalSelfAttention, LSHSelfAttention, check_attention_mask
 from .configuration_rev_lsh import RevLSHConfig
+from .reversible_rev_lsh import ReversibleFunction, ReversibleLayer
 
 logger = logging.get_logger(__name__)
 
@@ -225,128 +224,11 @@ class RevLSHFeedForward(nn.Module):
         return self.dropout(self.output(hidden_states))
 
 
-class RNGState:
-    """The RNG state at a point of the forward, to draw the same dropout masks again in backward."""
-
-    def __init__(self, device):
-        self.cpu = torch.get_rng_state()
-        self.cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
-        self.device = device
-
-    @contextmanager
-    def restored(self):
-        """A context in which torch's RNG continues from this state (and is as before afterwards)."""
-        with torch.random.fork_rng(devices=[self.device] if self.cuda is not None else []):
-            torch.set_rng_state(self.cpu)
-            if self.cuda is not None:
-                torch.cuda.set_rng_state(self.cuda, self.device)
-            yield
-
-
-class RevLSHLayer(GradientCheckpointingLayer):
-    """One reversible layer: ``y1 = x1 + attention(x2)``, ``y2 = x2 + feed_forward(y1)``."""
+class RevLSHLayer(ReversibleLayer):
+    """One reversible layer of the stack: its attention (LSH, local or full) and feed-forward blocks."""
 
     def __init__(self, config, kind):
-        super().__init__()
-        self.attention = RevLSHAttentionBlock(config, kind)
-        self.feed_forward = RevLSHFeedForward(config)
-
-    def forward(self, x1, x2, attention_mask=None, num_hashes=None, output_attentions=False, record=None,
-                cache=None, padded_length=None):
-        """``(y1, y2, attention probabilities or None)``, each half ``[batch, seq, hidden]``. ``record``: a dict
-        that receives what :meth:`backward_pass` needs to recompute the step (the buckets and RNG states).
-        ``cache``, ``padded_length``: see :meth:`LSHSelfAttention.forward`."""
-        if record is not None:
-            record["attention_rng"] = RNGState(x2.device)
-        attention, buckets, probs = self.attention(x2, attention_mask, num_hashes=num_hashes,
-                                                   output_attentions=output_attentions, cache=cache,
-                                                   padded_length=padded_length)
-        y1 = x1 + attention
-        if record is not None:
-            record["buckets"], record["feed_forward_rng"] = buckets, RNGState(y1.device)
-        return y1, x2 + self.feed_forward(y1), probs
-
-    def backward_pass(self, y1, y2, grad_y1, grad_y2, attention_mask, num_hashes, record, parameter_grads):
-        """From this layer's outputs and their gradients, ``(x1, x2, grad_x1, grad_x2)`` (RevNet's backward, Gomez
-        et al., 2017); the gradients of the layer's parameters are added to ``parameter_grads`` ({id(parameter):
-        gradient}), not to ``.grad``, so that autograd hands them on once, as for any input (DDP counts on it)."""
-        with torch.enable_grad():
-            y1 = y1.detach().requires_grad_()
-            with record["feed_forward_rng"].restored():
-                feed_forward = self.feed_forward(y1)
-            (grad_through_y1,) = _grads(feed_forward, y1, grad_y2, self.feed_forward, parameter_grads)
-        with torch.no_grad():
-            x2 = y2 - feed_forward
-            grad_y1 = grad_y1 + grad_through_y1
-        with torch.enable_grad():
-            x2 = x2.detach().requires_grad_()
-            with record["attention_rng"].restored():
-                attention, _, _ = self.attention(x2, attention_mask, buckets=record["buckets"], num_hashes=num_hashes)
-            (grad_through_x2,) = _grads(attention, x2, grad_y1, self.attention, parameter_grads)
-        with torch.no_grad():
-            x1 = y1 - attention
-            grad_x2 = grad_y2 + grad_through_x2
-        return x1.detach(), x2.detach(), grad_y1, grad_x2
-
-
-def is_fsdp_unit(module) -> bool:
-    """``module`` is sharded by FSDP2 (``fully_shard``): its weights are gathered for each call."""
-    if not torch.distributed.is_available():
-        return False
-    from torch.distributed.fsdp import FSDPModule
-
-    return isinstance(module, FSDPModule)
-
-
-def _grads(output, input, grad_output, module, parameter_grads):
-    """``(d input,)`` of ``output`` given ``grad_output``; the module's parameters' gradients go to
-    ``parameter_grads``, or, for a unit sharded by FSDP2, to their ``.grad``, where FSDP reduce-scatters them into
-    its shards once autograd has passed the call's input."""
-    parameters = [p for p in module.parameters() if p.requires_grad]
-    if is_fsdp_unit(module):
-        torch.autograd.backward(output, grad_output, inputs=[input, *parameters])
-        return (input.grad,)
-    grads = torch.autograd.grad(output, [input, *parameters], grad_output, allow_unused=True)
-    for parameter, grad in zip(parameters, grads[1:]):
-        if grad is not None:
-            key = id(parameter)
-            parameter_grads[key] = grad if key not in parameter_grads else parameter_grads[key] + grad
-    return grads[:1]
-
-
-class ReversibleFunction(torch.autograd.Function):
-    """The reversible stack as one autograd node: forward keeps no activations but the last output; backward
-    recomputes each layer's input from its output (:meth:`RevLSHLayer.backward_pass`)."""
-
-    @staticmethod
-    def forward(ctx, hidden_states, layers, attention_mask, num_hashes, output_hidden_states, output_attentions,
-                collected, *parameters):
-        """``parameters``: the layers' trainable parameters, inputs of the node so that their gradients are its
-        outputs in backward (one autograd pass: DDP's hooks fire once, no reentrant backward)."""
-        x1, x2 = hidden_states.chunk(2, dim=-1)
-        records = []
-        for layer in layers:
-            records.append({})
-            x1, x2, probs = layer(x1, x2, attention_mask, num_hashes, output_attentions, record=records[-1])
-            if output_hidden_states:
-                collected["hidden_states"].append(torch.cat([x1, x2], dim=-1))
-            if output_attentions:
-                collected["attentions"].append(probs)
-        ctx.layers, ctx.records, ctx.attention_mask, ctx.num_hashes = layers, records, attention_mask, num_hashes
-        ctx.parameters = parameters
-        ctx.save_for_backward(x1, x2)
-        return torch.cat([x1, x2], dim=-1)
-
-    @staticmethod
-    def backward(ctx, grad_hidden_states):
-        y1, y2 = ctx.saved_tensors
-        grad_y1, grad_y2 = grad_hidden_states.chunk(2, dim=-1)
-        parameter_grads = {}
-        for layer, record in zip(reversed(ctx.layers), reversed(ctx.records)):
-            y1, y2, grad_y1, grad_y2 = layer.backward_pass(y1, y2, grad_y1, grad_y2, ctx.attention_mask,
-                                                           ctx.num_hashes, record, parameter_grads)
-        return (torch.cat([grad_y1, grad_y2], dim=-1), None, None, None, None, None, None,
-                *(parameter_grads.get(id(parameter)) for parameter in ctx.parameters))
+        super().__init__(RevLSHAttentionBlock(config, kind), RevLSHFeedForward(config))
 
 
 def chosen_hidden_states(hidden_states: tuple, chosen) -> tuple:
@@ -716,4 +598,4 @@ def last_token(input_ids, attention_mask, hidden, config) -> torch.Tensor:
 
 
 __all__ = ["RevLSHModel", "RevLSHForMaskedLM", "RevLSHForCausalLM", "RevLSHForSequenceClassification",
-           "RevLSHPreTrainedModel", "RevLSHModelOutput", "RevLSHCausalLMOutput", "RevLSHCache", "ReversibleFunction"]
+           "RevLSHPreTrainedModel", "RevLSHModelOutput", "RevLSHCausalLMOutput", "RevLSHCache"]

@@ -12,3 +12,16 @@ from .modeling_transfo_xl import (
 __all__ = ["TransfoXLConfig", "TransfoXLModel", "TransfoXLLMHeadModel", "TransfoXLForSequenceClassification",
            "TransfoXLPreTrainedModel", "TransfoXLModelOutput", "TransfoXLLMHeadModelOutput",
            "TransfoXLSequenceClassifierOutput"]
+
+# The family's classes as hf_plm_ext's registry, the README's table and the family tester read them:
+# the Auto class each one serves
+AUTO_CLASSES = {
+    "AutoConfig": TransfoXLConfig,
+    "AutoModel": TransfoXLModel,
+    "AutoModelForCausalLM": TransfoXLLMHeadModel,
+    "AutoModelForSequenceClassification": TransfoXLForSequenceClassification,
+}
+# PEFT's default targets (hf_plm_ext/adapters/peft_targets.py registers them), by kind of method: LoRA-like (the
+# attention's projections), IA3 (and the feed-forward modules it scales at the input), LayerNorm tuning
+PEFT_TARGETS = dict(lora=["qkv_net"], ia3=["qkv_net", "CoreNet.3"], ia3_feedforward=["CoreNet.3"],
+                    ln_tuning=["layer_norm"])

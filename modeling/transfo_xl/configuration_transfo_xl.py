@@ -7,6 +7,7 @@ transformers 5 deleted Transformer-XL; a ``config.json`` written by transformers
 
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
+from transformers.utils.type_validators import interval, probability
 from transformers.utils import logging
 
 logger = logging.get_logger(__name__)
@@ -20,6 +21,8 @@ SIZES = {
 # What a fresh model of `from_size` has unless overridden (the 4.x defaults are the paper's large model's).
 FRESH_DEFAULTS = dict(cutoffs=[], adaptive=False, div_val=1, mem_len=128, clamp_len=-1, same_length=False,
                       dropout=0.1, dropatt=0.0)
+
+positive = interval(min=1)
 
 
 @strict
@@ -70,17 +73,17 @@ class TransfoXLConfig(PreTrainedConfig):
     attribute_map = {"n_token": "vocab_size", "hidden_size": "d_model", "num_attention_heads": "n_head",
                      "num_hidden_layers": "n_layer"}
 
-    vocab_size: int = 267735
+    vocab_size: int = positive(default=267735)
     cutoffs: list[int] | tuple[int, ...] = (20000, 40000, 200000)
-    d_model: int = 1024
-    d_embed: int = 1024
-    n_head: int = 16
-    d_head: int = 64
-    d_inner: int = 4096
-    div_val: int = 4
+    d_model: int = positive(default=1024)
+    d_embed: int = positive(default=1024)
+    n_head: int = positive(default=16)
+    d_head: int = positive(default=64)
+    d_inner: int = positive(default=4096)
+    div_val: int = positive(default=4)
     pre_lnorm: bool = False
-    n_layer: int = 18
-    mem_len: int = 1600
+    n_layer: int = positive(default=18)
+    mem_len: int = interval(min=0)(default=1600)  # 0: no memory
     clamp_len: int = 1000
     same_length: bool = True
     proj_share_all_but_first: bool = True
@@ -136,15 +139,10 @@ class TransfoXLConfig(PreTrainedConfig):
 
     def validate_transfo_xl_fields(self):
         """Run by ``@strict`` after ``__init__`` and by ``config.validate()``."""
-        for name in ("vocab_size", "d_model", "d_embed", "n_head", "d_head", "d_inner", "n_layer", "div_val"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"TransfoXLConfig.{name} must be positive, got {getattr(self, name)!r}")
         length_limit = getattr(self, "max_position_embeddings", None)
         if length_limit is not None and (not isinstance(length_limit, int) or length_limit < 1):
             raise ValueError(f"TransfoXLConfig.max_position_embeddings must be a positive int, or not given (no "
                              f"limit), got {length_limit!r}")
-        if self.mem_len < 0:
-            raise ValueError(f"TransfoXLConfig.mem_len must be >= 0 (0: no memory), got {self.mem_len!r}")
         if self.attn_type != 0:
             raise ValueError(f"TransfoXLConfig.attn_type must be 0 (the paper's relative attention, the only one "
                              f"implemented; the reference code's 1-3 are ablations), got {self.attn_type!r}")

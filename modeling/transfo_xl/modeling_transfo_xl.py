@@ -14,13 +14,15 @@ Mechanics of ``kimiyoung/transformer-xl`` (``pytorch/mem_transformer.py``), batc
 
 The CPU fast paths (dropout lanes, the softmax loss, the memory's key/value rows, the cheaper order of the
 position product, training attention without SDPA) are in ``fast_transfo_xl.py``, used unless the model runs
-``attn_implementation="eager"``, which is this file's plain path throughout.
+``attn_implementation="eager"``, which is this file's plain path throughout; :func:`chosen_paths` is the one place
+that chooses.
 
 Parameter names are those of transformers 4.x ``TransfoXLLMHeadModel``, so its checkpoints
 load unchanged. Memories are an explicit input and output (``mems``), never saved.
 """
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -180,8 +182,37 @@ def causal_memory_bias(qlen: int, mlen: int, mem_len: int, same_length: bool, dt
     return torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill_(mask, -math.inf)
 
 
-def uses_fast_paths(config: TransfoXLConfig) -> bool:
-    return config._attn_implementation != "eager"
+def plain_memory_key_value(qkv_net, memory, inner):
+    return qkv_net(memory)[..., inner:]
+
+
+def plain_softmax_nll(logits, targets):
+    return F.cross_entropy(logits.float(), targets, reduction="none")
+
+
+def fast_softmax_nll(logits, targets):
+    return (SoftmaxNLL.apply if logits.requires_grad else softmax_nll_without_grad)(logits, targets)
+
+
+@dataclass(frozen=True)
+class Paths:
+    """How each step that has a fast variant runs: the plain path is the paper's arithmetic, in this file; the fast
+    one is ``fast_transfo_xl.py``'s."""
+
+    cpu_dropout: Callable | None  # (input, p) -> dropped input on the CPU in training; None: nn.Dropout's
+    memory_key_value: Callable  # (qkv_net, memory, inner) -> the memory's keys and values, [b, m, 2 * inner]
+    softmax_nll: Callable  # (logits [n, vocab], targets [n]) -> per-token losses [n], for a plain softmax
+    fused_attention: bool  # the position term as SDPA's float mask (or the CPU training kernel); False: explicit
+
+
+PLAIN_PATHS = Paths(None, plain_memory_key_value, plain_softmax_nll, fused_attention=False)
+FAST_PATHS = Paths(lane_dropout, memory_keys_and_values, fast_softmax_nll, fused_attention=True)
+
+
+def chosen_paths(config: TransfoXLConfig) -> Paths:
+    """The one place that chooses: the plain path under ``attn_implementation="eager"``, the fast one otherwise
+    (read at every call, so that ``set_attn_implementation`` switches a built model)."""
+    return PLAIN_PATHS if config._attn_implementation == "eager" else FAST_PATHS
 
 
 class Dropout(nn.Dropout):
@@ -193,8 +224,9 @@ class Dropout(nn.Dropout):
         self.config = config
 
     def forward(self, input):
-        if self.training and self.p > 0 and input.device.type == "cpu" and uses_fast_paths(self.config):
-            return lane_dropout(input, self.p)
+        cpu_dropout = chosen_paths(self.config).cpu_dropout
+        if self.training and self.p > 0 and input.device.type == "cpu" and cpu_dropout is not None:
+            return cpu_dropout(input, self.p)
         return super().forward(input)
 
 
@@ -264,17 +296,16 @@ class RelPartialLearnableMultiHeadAttn(nn.Module):
         inner = self.n_head * self.d_head
         query, key_value = self.qkv_net(segment_in).split([inner, 2 * inner], dim=-1)
         query = self._heads(query)
-        plain = not uses_fast_paths(self.config)
+        paths = chosen_paths(self.config)
         if memory is not None and memory_key_value is None:
             memory_in = self.layer_norm(memory) if self.pre_lnorm else memory
-            memory_key_value = (self.qkv_net(memory_in)[..., inner:] if plain
-                                else memory_keys_and_values(self.qkv_net, memory_in, inner))
+            memory_key_value = paths.memory_key_value(self.qkv_net, memory_in, inner)
         if memory_key_value is not None:
             key_value = torch.cat([memory_key_value, key_value], dim=1)
         key, value = (self._heads(t) for t in key_value.chunk(2, dim=-1))
         # under autocast the projections are bfloat16 while the float32 biases would promote the queries back
         r_w_bias, r_r_bias = r_w_bias.to(query.dtype), r_r_bias.to(query.dtype)
-        if output_attentions or plain:
+        if output_attentions or not paths.fused_attention:
             position_keys = self.r_net(position_embeddings).view(-1, self.n_head, self.d_head)
             scores = relative_attention_scores(query, key, position_keys, r_w_bias, r_r_bias) * self.scale
             probs = self.dropatt((scores.float() + attention_bias).softmax(-1).type_as(scores))
@@ -760,11 +791,7 @@ class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
             flat_targets = targets.reshape(-1)
             if logits is not None:  # plain softmax: the loss from the logits already computed
                 flat_logits = logits.reshape(-1, logits.shape[-1])
-                if not uses_fast_paths(self.config):
-                    losses = F.cross_entropy(flat_logits.float(), flat_targets, reduction="none")
-                else:
-                    nll = SoftmaxNLL.apply if flat_logits.requires_grad else softmax_nll_without_grad
-                    losses = nll(flat_logits, flat_targets)
+                losses = chosen_paths(self.config).softmax_nll(flat_logits, flat_targets)
             else:
                 losses = self.crit.nll(hidden.reshape(-1, hidden.shape[-1]), flat_targets)
             losses = losses.view(targets.shape)
