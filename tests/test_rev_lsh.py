@@ -417,3 +417,24 @@ def test_pretrain_rev_lsh_masked_and_causal_then_finetune_from_the_command_line(
         for _ in range(4):  # greedy by hand: each step's most likely next token, the whole prefix recomputed
             greedy = torch.cat([greedy, causal(greedy).logits[:, -1:].argmax(-1)], dim=1)
     assert torch.equal(generated, greedy)
+
+
+def test_low_and_double_precision_keep_their_dtypes_through_the_lsh_rounds():
+    """The rounds' weights are computed in float32 (bfloat16 would not sum them to one); bfloat16 decoding with
+    the cache and several rounds then stays bfloat16, and a float64 model computes in float64 throughout."""
+    torch.manual_seed(0)
+    config = tiny_rev_lsh(attn_layers=["lsh", "lsh"], num_hashes=2, lsh_attn_chunk_length=4, is_decoder=True)
+    model = RevLSHForCausalLM(config).eval()
+    prompt = torch.randint(5, 99, (1, 6))
+    half = RevLSHForCausalLM(config).eval()
+    half.load_state_dict(model.state_dict())
+    half = half.to(torch.bfloat16)
+    cached = half.generate(prompt, max_new_tokens=5, do_sample=False)
+    assert torch.equal(cached, half.generate(prompt, max_new_tokens=5, do_sample=False, use_cache=False))
+    double = model.double()
+    with torch.no_grad():
+        logits = double(prompt).logits
+        ids = prompt.clone()
+        ids[0, -1] = (ids[0, -1] + 1) % 99  # a later token changes nothing before it, to float64's precision
+        assert logits.dtype == torch.float64
+        torch.testing.assert_close(double(ids).logits[:, :-1], logits[:, :-1], rtol=0, atol=1e-12)

@@ -152,7 +152,7 @@ def attend(queries, keys, values, query_positions, key_positions, key_mask, caus
         itself = query_positions.unsqueeze(-1) == key_positions.unsqueeze(-2)
         scores = scores.masked_fill(itself, self_mask_value(scores.dtype))
     # the normalisation in float32, as SDPA's: in bfloat16 a row near the self-mask value (-1e5) rounds by 512
-    scores = scores.float()
+    scores = scores.to(torch.promote_types(scores.dtype, torch.float32))  # (float64 stays float64)
     logsumexp = scores.logsumexp(dim=-1, keepdim=True)
     probs = nn.functional.dropout(torch.exp(scores - logsumexp).to(values.dtype), p=dropout, training=training)
     return probs @ values, logsumexp.squeeze(-1), probs
@@ -285,8 +285,8 @@ class LSHSelfAttention(nn.Module):
                                        False)
         if rounds == 1:
             return merge_heads(out[:, :, 0]), probs
-        round_weights = torch.exp(logsumexp - logsumexp.logsumexp(dim=2, keepdim=True)).unsqueeze(-1)
-        return merge_heads((out * round_weights).sum(dim=2)), probs
+        round_weights = torch.exp(logsumexp - logsumexp.logsumexp(dim=2, keepdim=True)).unsqueeze(-1)  # float32
+        return merge_heads((out * round_weights.to(out.dtype)).sum(dim=2)), probs
 
     def bucket_factors(self, seq):
         num_buckets = self.num_buckets or auto_num_buckets(seq, self.chunk_length, self.max_position_embeddings)
