@@ -38,6 +38,7 @@ def tiny_transfo_xl_adaptive(**overrides):
 def tiny_rev_lsh(**overrides):
     """Chunks of 4 so that the tester's 7-token inputs are padded, chunked and hashed; every layer kind."""
     return RevLSHConfig.from_size("tiny", **{**dict(vocab_size=VOCAB, attn_layers=["local", "lsh", "full"],
+                                                    position_embedding_type="absolute",
                                                     lsh_attn_chunk_length=4, local_attn_chunk_length=4,
                                                     num_hashes=2, hash_seed=0, max_position_embeddings=64,
                                                     hidden_dropout_prob=0.0, local_attention_probs_dropout_prob=0.0,

@@ -411,6 +411,9 @@ def test_pretrain_rev_lsh_masked_and_causal_then_finetune_from_the_command_line(
     assert code == 0, stderr[-3000:]
     causal = AutoModelForCausalLM.from_pretrained(tmp_path / "clm").eval()
     assert causal.config.is_decoder
+    # a new model's positions are rotary: no position weights; its saved config says so
+    assert causal.config.position_embedding_type == "rotary"
+    assert not [name for name in causal.state_dict() if "position" in name]
     generated = causal.generate(torch.tensor([[5, 6, 7]]), max_new_tokens=4, do_sample=False)
     greedy = torch.tensor([[5, 6, 7]])
     with torch.no_grad():
@@ -438,3 +441,11 @@ def test_low_and_double_precision_keep_their_dtypes_through_the_lsh_rounds():
         ids[0, -1] = (ids[0, -1] + 1) % 99  # a later token changes nothing before it, to float64's precision
         assert logits.dtype == torch.float64
         torch.testing.assert_close(double(ids).logits[:, :-1], logits[:, :-1], rtol=0, atol=1e-12)
+
+
+def test_a_saved_config_names_its_positions_even_at_the_class_default(tmp_path):
+    """from_size's positions are rotary, the class default stays absolute, and config.json always names which."""
+    assert RevLSHConfig.from_size("tiny", vocab_size=50).position_embedding_type == "rotary"
+    RevLSHConfig(vocab_size=50).save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["position_embedding_type"] == "absolute" and saved["combine_halves"] == "concat"
