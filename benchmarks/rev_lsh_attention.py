@@ -20,7 +20,8 @@ from pathlib import Path
 
 from peak_rss import peak_rss_growth
 
-IMPLEMENTATIONS = ("ours_lsh", "sdpa_full", "hf_reformer_lsh", "lucid_lsh")
+IMPLEMENTATIONS = ("ours_lsh", "ours_lsh_eager", "ours_local", "ours_local_eager", "sdpa_full", "hf_reformer_lsh",
+                   "lucid_lsh")
 LENGTHS = (1024, 2048, 4096, 8192, 16384, 32768)
 D_MODEL, HEADS, HEAD_SIZE, CHUNK, HASHES = 256, 4, 64, 64, 2
 
@@ -28,12 +29,17 @@ D_MODEL, HEADS, HEAD_SIZE, CHUNK, HASHES = 256, 4, 64, 64, 2
 def build(name, n):
     import torch
 
-    if name == "ours_lsh":
+    if name in ("ours_lsh", "ours_lsh_eager"):  # eager: the plain path (scores materialised), as before issue 39
         from hf_plm_ext.modeling.rev_lsh import LSHSelfAttention
 
         layer = LSHSelfAttention(D_MODEL, HEADS, HEAD_SIZE, chunk_length=CHUNK, num_hashes=HASHES,
                                  max_position_embeddings=n)
-        return lambda x: layer(x)[0]
+        return lambda x: layer(x, sdpa=name == "ours_lsh")[0]
+    if name in ("ours_local", "ours_local_eager"):
+        from hf_plm_ext.modeling.rev_lsh import LocalSelfAttention
+
+        layer = LocalSelfAttention(D_MODEL, HEADS, HEAD_SIZE, chunk_length=CHUNK)
+        return lambda x: layer(x, sdpa=name == "ours_local")[0]
     if name == "sdpa_full":
         from hf_plm_ext.modeling.rev_lsh import FullSelfAttention
 
@@ -78,13 +84,15 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--point", nargs=2, metavar=("IMPL", "N"), help=argparse.SUPPRESS)
     parser.add_argument("--skip-full-above", type=int, default=16384, help="SDPA full attention up to this n")
+    parser.add_argument("--lengths", type=int, nargs="+", default=LENGTHS)
+    parser.add_argument("--impls", nargs="+", default=IMPLEMENTATIONS, choices=IMPLEMENTATIONS)
     args = parser.parse_args()
     if args.point:
         print("RESULT " + json.dumps(one_point(args.point[0], int(args.point[1]), args.repeats)))
         return
     results = []
-    for n in LENGTHS:
-        for name in IMPLEMENTATIONS:
+    for n in args.lengths:
+        for name in args.impls:
             if name == "sdpa_full" and n > args.skip_full_above:
                 continue
             completed = subprocess.run([sys.executable, __file__, "--point", name, str(n), "--repeats",
@@ -103,10 +111,12 @@ def main():
 
 
 def table(results) -> str:
-    lines = ["| impl | " + " | ".join(f"n={n}" for n in LENGTHS) + " |", "|---|" + "---:|" * len(LENGTHS)]
-    for name in IMPLEMENTATIONS:
+    lengths = sorted({r["n"] for r in results})
+    names = [name for name in IMPLEMENTATIONS if any(r["impl"] == name for r in results)]
+    lines = ["| impl | " + " | ".join(f"n={n}" for n in lengths) + " |", "|---|" + "---:|" * len(lengths)]
+    for name in names:
         cells = []
-        for n in LENGTHS:
+        for n in lengths:
             point = next((r for r in results if r["impl"] == name and r["n"] == n), None)
             cells.append("-" if point is None else "error" if "error" in point else
                          f"{point['ms']:.0f} / {point['peak_mib']:.0f}")

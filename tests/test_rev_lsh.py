@@ -449,3 +449,90 @@ def test_a_saved_config_names_its_positions_even_at_the_class_default(tmp_path):
     RevLSHConfig(vocab_size=50).save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
     assert saved["position_embedding_type"] == "absolute" and saved["combine_halves"] == "concat"
+
+
+def masked_gradients(attention, hidden, mask, sdpa, seed=1):
+    """``(out, d hidden, d parameters)`` of a fixed weighting of the real tokens' outputs."""
+    hidden = hidden.clone().requires_grad_()
+    attention.zero_grad()
+    torch.manual_seed(seed)
+    out = attention(hidden, mask, sdpa=sdpa)[0]
+    weights = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out) * mask[..., None]
+    (out * weights).sum().backward()
+    return out * mask[..., None], hidden.grad, [parameter.grad.clone() for parameter in attention.parameters()]
+
+
+@pytest.mark.parametrize("kind, num_hashes", [("lsh", 1), ("lsh", 2), ("lsh", 4), ("local", 1)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_fused_kernel_gives_the_plain_path_s_outputs_and_gradients(kind, num_hashes, causal):
+    """float64: chunks of 8 over 45 tokens (padded inside), a padded row, several rounds (whose log-sum-exp the
+    gradient flows through), tokens that see only themselves (causal position 0, in two copies across rounds)."""
+    torch.manual_seed(0)
+    attention = layer(kind, causal, **(dict(num_hashes=num_hashes) if kind == "lsh" else {})).double()
+    hidden = torch.randn(2, 45, 32, dtype=torch.float64)
+    mask = torch.ones(2, 45, dtype=torch.long)
+    mask[1, 30:] = 0
+    plain, fused = (masked_gradients(attention, hidden, mask, sdpa) for sdpa in (False, True))
+    for plain_value, fused_value in zip(plain[:2] + tuple(plain[2]), fused[:2] + tuple(fused[2])):
+        torch.testing.assert_close(fused_value, plain_value, rtol=1e-12, atol=1e-12)
+    assert plain[1].abs().sum() > 0
+
+
+def test_the_fused_kernel_s_backward_carries_the_log_sum_exp_s_gradient():
+    """gradcheck (float64) of the kernel call with a loss on the output and on the log-sum-exp, a masked key."""
+    from hf_plm_ext.modeling.rev_lsh.attention_rev_lsh import FusedAttention
+
+    torch.manual_seed(0)
+    queries, keys, values = (torch.randn(3, 1, n, 4, dtype=torch.float64, requires_grad=True) for n in (5, 7, 7))
+    mask = torch.zeros(3, 1, 5, 7, dtype=torch.float64)
+    mask[..., 2] = -1e9
+    assert torch.autograd.gradcheck(lambda q, k, v: FusedAttention.apply(q, k, v, mask), (queries, keys, values))
+
+
+@pytest.mark.parametrize("positions", ["absolute", "rotary"])
+def test_a_reversible_model_gives_the_same_logits_and_gradients_with_sdpa_and_eager(positions, tmp_path):
+    """The reversible backward replays the fused kernel; attn_implementation picks the path on loading and by
+    set_attn_implementation; output_attentions and attention dropout in training take the plain path."""
+    torch.manual_seed(0)
+    config = tiny_rev_lsh(attn_layers=["local", "lsh", "lsh"], is_decoder=True, position_embedding_type=positions)
+    RevLSHForCausalLM(config).double().save_pretrained(tmp_path)
+    models = {name: RevLSHForCausalLM.from_pretrained(tmp_path, attn_implementation=name, dtype=torch.float64)
+              for name in ("sdpa", "eager")}
+    assert {name: model.config._attn_implementation for name, model in models.items()} == {"sdpa": "sdpa",
+                                                                                           "eager": "eager"}
+    ids = torch.randint(5, 99, (2, 30))
+    mask = torch.ones_like(ids)
+    mask[0, 25:] = 0
+    results = {}
+    for name, model in models.items():
+        output = model(ids, attention_mask=mask, labels=ids)
+        output.loss.backward()
+        results[name] = output.logits, {key: p.grad for key, p in model.named_parameters()}
+    torch.testing.assert_close(results["sdpa"][0], results["eager"][0], rtol=1e-12, atol=1e-12)
+    for key, grad in results["eager"][1].items():
+        torch.testing.assert_close(results["sdpa"][1][key], grad, rtol=1e-10, atol=1e-12, msg=key)
+    fused = models["sdpa"]
+    assert all(probs is not None for probs in fused(ids, output_attentions=True).attentions)
+    fused.set_attn_implementation("eager")
+    assert fused.config._attn_implementation == "eager"
+
+
+def test_the_fused_kernel_runs_in_low_precision_and_falls_back_with_attention_dropout():
+    """bfloat16 and float16 on the CPU: close to the plain path; with attention dropout in training the plain
+    path runs (the kernel has none), so the two agree exactly under one seed."""
+    from hf_plm_ext.modeling.rev_lsh.attention_rev_lsh import fused_kernel_applies
+
+    torch.manual_seed(0)
+    hidden = torch.randn(2, 40, 32)
+    for dtype in (torch.bfloat16, torch.float16):
+        attention = layer("lsh", causal=True).to(dtype)
+        with torch.no_grad():
+            plain, fused = (attention(hidden.to(dtype), sdpa=sdpa)[0] for sdpa in (False, True))
+        assert fused.dtype == dtype
+        torch.testing.assert_close(fused.float(), plain.float(), rtol=0.02, atol=0.02)
+    attention = layer("local", dropout=0.3).train()
+    assert not fused_kernel_applies(hidden, attention.dropout, attention.training)
+    torch.manual_seed(3)
+    plain = attention(hidden, sdpa=False)[0]
+    torch.manual_seed(3)
+    assert torch.equal(attention(hidden, sdpa=True)[0], plain)

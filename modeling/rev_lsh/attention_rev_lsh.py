@@ -131,21 +131,112 @@ def auto_num_buckets(seq_length, chunk_length, max_position_embeddings):
     return num_buckets
 
 
+def allowed_keys(query_positions, key_positions, key_mask, causal):
+    """Which keys each query may see, ``[..., q, k]`` (bool, broadcastable), or None for all: not padding
+    (``key_mask``) and, when ``causal``, not later."""
+    allowed = None if key_mask is None else key_mask.unsqueeze(-2)
+    if causal:
+        not_future = query_positions.unsqueeze(-1) >= key_positions.unsqueeze(-2)
+        allowed = not_future if allowed is None else allowed & not_future
+    return allowed
+
+
+def fused_kernel_applies(queries, dropout, training) -> bool:
+    """torch's fused attention kernel that also returns the log-sum-exp runs here on the CPU, without attention
+    dropout (it has none); elsewhere (CUDA included, not yet checked there) the plain path runs."""
+    return queries.device.type == "cpu" and not (training and dropout > 0)
+
+
+class FusedAttention(torch.autograd.Function):
+    """``(softmax(q k^T + mask) v, logsumexp)`` over ``[n, 1, q, d]`` inputs and an additive ``[n, 1, q, k]``
+    mask in one call of torch's CPU flash-attention kernel (no scale: the keys come scaled), the scores never
+    materialised; the backward is the kernel's, with the log-sum-exp's gradient folded in."""
+
+    @staticmethod
+    def forward(ctx, queries, keys, values, additive_mask):
+        out, logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            queries, keys, values, 0.0, False, attn_mask=additive_mask, scale=1.0)
+        ctx.save_for_backward(queries, keys, values, additive_mask, out, logsumexp)
+        return out, logsumexp
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_logsumexp):
+        queries, keys, values, additive_mask, out, logsumexp = ctx.saved_tensors
+        # d logsumexp / d scores is the softmax P; the kernel's backward forms P * (grad_out . v - D) with
+        # D = rowsum(grad_out * out). An out moved along grad_out by grad_logsumexp / |grad_out|^2 turns D into
+        # D - grad_logsumexp: the log-sum-exp's gradient joins the scores' without P being built.
+        squared_norm = torch.linalg.vector_norm(grad_out, dim=-1, keepdim=True, dtype=logsumexp.dtype).square()
+        # (a compiled graph takes the exact path always: it cannot branch on the data)
+        if torch.compiler.is_compiling() or bool(((squared_norm == 0) & (grad_logsumexp.unsqueeze(-1) != 0)).any()):
+            return (*kernel_backward_with_a_free_column(grad_out, grad_logsumexp, queries, keys, values, out,
+                                                        logsumexp, additive_mask), None)
+        shift = torch.where(squared_norm > 0, grad_logsumexp.unsqueeze(-1) / squared_norm.clamp_min(1e-30), 0.0)
+        moved_out = torch.addcmul(out, shift.to(out.dtype), grad_out, value=-1)
+        grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            grad_out.contiguous(), queries, keys, values, moved_out, logsumexp, 0.0, False, attn_mask=additive_mask,
+            scale=1.0)
+        return (*grads, None)
+
+
+def kernel_backward_with_a_free_column(grad_out, grad_logsumexp, queries, keys, values, out, logsumexp,
+                                       additive_mask):
+    """The same gradients where a row's ``grad_out`` is 0 and its log-sum-exp's gradient is not (which moving
+    ``out`` cannot express): one more head dimension, 0 in queries, keys and values, 1 in ``grad_out`` and
+    ``-grad_logsumexp`` in ``out``, gives D - grad_logsumexp exactly (a third slower: not the usual path)."""
+    free = lambda x, value: torch.cat([x, x.new_full((*x.shape[:-1], 1), value)], dim=-1)  # noqa: E731
+    grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        free(grad_out, 1.0), free(queries, 0.0), free(keys, 0.0), free(values, 0.0),
+        torch.cat([out, -grad_logsumexp.unsqueeze(-1).to(out.dtype)], dim=-1), logsumexp, 0.0, False,
+        attn_mask=additive_mask, scale=1.0)
+    return [grad[..., :-1] for grad in grads]
+
+
+def attend_fused(queries, keys, values, query_positions, key_positions, key_mask, causal, mask_self=True):
+    """:func:`attend` through :class:`FusedAttention`: the same masks as one additive mask, the same
+    ``(out, logsumexp)``, no probabilities (None). A query with every key masked (padding only, in local
+    attention) averages by its scores, not uniformly: its output is not used."""
+    allowed = allowed_keys(query_positions, key_positions, key_mask, causal)
+    scores_shape = (*queries.shape[:-1], keys.shape[-2])
+    additive_mask = None
+    if allowed is not None:
+        additive_mask = torch.where(allowed, 0.0, mask_value(queries.dtype)).to(queries.dtype)
+    if mask_self:
+        itself = query_positions.unsqueeze(-1) == key_positions.unsqueeze(-2)
+        sees_others = (~itself if allowed is None else allowed > itself).any(-1, keepdim=True)  # (bool >: and not)
+        # a token that sees only itself (or its copy from another round in the look-back chunk) keeps its
+        # scores: at -1e5 float32 would round its log-sum-exp, and the backward's softmax with it
+        self_value = torch.where(sees_others, self_mask_value(queries.dtype), 0.0).to(queries.dtype)
+        additive_mask = torch.where(itself, self_value, 0.0 if additive_mask is None else additive_mask)
+    if additive_mask is not None:
+        additive_mask = additive_mask.to(queries.dtype).expand(scores_shape).reshape(-1, 1, *scores_shape[-2:])
+    as_batch = lambda x: x.expand(*queries.shape[:-2], *x.shape[-2:]).reshape(-1, 1, *x.shape[-2:])  # noqa: E731
+    out, logsumexp = FusedAttention.apply(as_batch(queries), as_batch(keys), as_batch(values), additive_mask)
+    out = out.view(*queries.shape[:-1], values.shape[-1])
+    logsumexp = logsumexp.view(queries.shape[:-1])
+    if not mask_self:
+        return out, logsumexp, None
+    # ... and then the plain path's numbers for it (transformers' too): the log-sum-exp of k copies at -1e5,
+    # fl(-1e5 + log k), a constant, and k * exp(-1e5 - fl(-1e5 + log k)) as its weight (0.2% short for two)
+    copies = itself.sum(-1, keepdim=True).to(logsumexp.dtype)
+    only_itself = self_mask_value(torch.float32) + copies.log()
+    weight = torch.where(sees_others, 1.0, copies * torch.exp(self_mask_value(torch.float32) - only_itself))
+    logsumexp = torch.where(sees_others, logsumexp.unsqueeze(-1), only_itself).squeeze(-1)
+    return out * weight.to(out.dtype), logsumexp, None
+
+
 def attend(queries, keys, values, query_positions, key_positions, key_mask, causal, dropout, training,
-           mask_self=True):
+           mask_self=True, fused=False):
     """Scores, masks, softmax and the weighted values, over the last two dims.
 
     queries ``[..., q, d]``, keys / values ``[..., k, d]``; positions ``[..., q]`` / ``[..., k]`` (long);
     key_mask ``[..., k]`` (bool, True = a token) or None. Returns ``(out [..., q, d], logsumexp [..., q],
-    probabilities [..., q, k])``.
+    probabilities [..., q, k])``; ``fused``: through :func:`attend_fused` where the kernel applies
+    (:func:`fused_kernel_applies`), probabilities then None.
     """
+    if fused and fused_kernel_applies(queries, dropout, training):
+        return attend_fused(queries, keys, values, query_positions, key_positions, key_mask, causal, mask_self)
     scores = queries @ keys.transpose(-1, -2)
-    allowed = None
-    if key_mask is not None:
-        allowed = key_mask.unsqueeze(-2).expand(scores.shape)
-    if causal:
-        not_future = query_positions.unsqueeze(-1) >= key_positions.unsqueeze(-2)
-        allowed = not_future if allowed is None else allowed & not_future
+    allowed = allowed_keys(query_positions, key_positions, key_mask, causal)
     if allowed is not None:
         scores = scores.masked_fill(~allowed, mask_value(scores.dtype))
     if mask_self:
@@ -195,8 +286,10 @@ class LSHSelfAttention(nn.Module):
         self.value = nn.Linear(hidden_size, num_heads * head_size, bias=False)
 
     def forward(self, hidden_states, attention_mask=None, buckets=None, num_hashes=None, output_attentions=False,
-                cache=None, padded_length=None, **unused):
-        """``(out [batch, seq, heads * head_size], buckets, probabilities or None)``; ``buckets``
+                cache=None, padded_length=None, sdpa=True, **unused):
+        """``(out [batch, seq, heads * head_size], buckets, probabilities or None)``; ``sdpa``: each chunk's
+        attention through the fused kernel where it applies (:func:`attend`; not with ``output_attentions``),
+        else the plain path. ``buckets``
         ``[batch, heads, num_hashes, padded seq]`` (None when the sequence is attended fully) can be passed back to
         recompute the same attention (the reversible backward does).
 
@@ -225,7 +318,7 @@ class LSHSelfAttention(nn.Module):
                                  self.raw_buckets(query_keys, rotations, factors)[0])
             positions = torch.arange(seq, device=hidden_states.device)
             out, _, probs = attend(query_keys, normalized_keys(query_keys), values, positions, positions, key_mask,
-                                   self.causal, self.dropout, self.training)
+                                   self.causal, self.dropout, self.training, fused=sdpa and not output_attentions)
             return merge_heads(out)[:, :length], None, probs if output_attentions else None
         rotations = self.rotations(seq, num_hashes, query_keys)
         if buckets is None:
@@ -234,7 +327,8 @@ class LSHSelfAttention(nn.Module):
             buckets = offset_buckets(raw_buckets, total, attention_mask)
             if cache is not None:
                 self._fill_cache(cache, query_keys, values, length, rotations, factors, raw_buckets)
-        out, probs = self._attend_in_buckets(query_keys, values, buckets, key_mask, num_hashes)
+        out, probs = self._attend_in_buckets(query_keys, values, buckets, key_mask, num_hashes,
+                                             fused=sdpa and not output_attentions)
         return merge_heads(out)[:, :length], buckets, probs if output_attentions else None
 
     @staticmethod
@@ -314,7 +408,7 @@ class LSHSelfAttention(nn.Module):
             start, total = start + factor // 2, total * factor
         return buckets, total
 
-    def _attend_in_buckets(self, query_keys, values, buckets, key_mask, num_hashes):
+    def _attend_in_buckets(self, query_keys, values, buckets, key_mask, num_hashes, fused):
         batch, heads, seq, d = query_keys.shape
         flat_buckets = buckets.reshape(batch, heads, num_hashes * seq)
         order = flat_buckets.argsort(dim=-1, stable=True)  # by (round, bucket, position)
@@ -333,7 +427,7 @@ class LSHSelfAttention(nn.Module):
                                                                      self.chunks_after),
                                 look_adjacent(sorted_values, self.chunks_before, self.chunks_after),
                                 query_positions, key_positions, sorted_key_mask, self.causal, self.dropout,
-                                self.training)
+                                self.training, fused=fused)
         undo = order.argsort(dim=-1)
         out = out.flatten(2, 3).gather(2, undo.unsqueeze(-1).expand(-1, -1, -1, d))
         logsumexp = logsumexp.flatten(2).gather(2, undo)
@@ -383,9 +477,10 @@ class LocalSelfAttention(nn.Module):
         self.value = nn.Linear(hidden_size, num_heads * head_size, bias=False)
 
     def forward(self, hidden_states, attention_mask=None, output_attentions=False, cache=None, padded_length=None,
-                **unused):
-        """``(out [batch, seq, heads * head_size], None, probabilities or None)``; ``cache`` and ``padded_length``
-        as :meth:`LSHSelfAttention.forward`'s."""
+                sdpa=True, **unused):
+        """``(out [batch, seq, heads * head_size], None, probabilities or None)``; ``cache``, ``padded_length`` and
+        ``sdpa`` as :meth:`LSHSelfAttention.forward`'s."""
+        fused = sdpa and not output_attentions
         if cache:
             out, probs = self.decode(hidden_states, attention_mask, cache, padded_length)
             return out, None, probs if output_attentions else None
@@ -409,11 +504,11 @@ class LocalSelfAttention(nn.Module):
             if key_mask is not None:
                 key_mask = adjacent(key_mask)
             out, _, probs = attend(queries, keys, values, query_positions, key_positions, key_mask, self.causal,
-                                   self.dropout, self.training, mask_self=False)
+                                   self.dropout, self.training, mask_self=False, fused=fused)
             out = out.flatten(2, 3)
         else:
             out, _, probs = attend(queries, keys, values, positions, positions, key_mask, self.causal, self.dropout,
-                                   self.training, mask_self=False)
+                                   self.training, mask_self=False, fused=fused)
         return merge_heads(out)[:, :length], None, probs if output_attentions else None
 
     def _project(self, hidden_states, positions):

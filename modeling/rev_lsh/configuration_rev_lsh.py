@@ -21,7 +21,9 @@ non_negative = interval(min=0)
 dropout_rate = interval(min=0.0, max=1.0, exclude_max=True)
 # What a fresh model of `from_size` has unless overridden (the class defaults are ReformerConfig's)
 # rotary positions: with learned absolute ones every attention stayed on the bigram plateau at 4,096 characters
-FRESH_DEFAULTS = dict(bos_token_id=None, eos_token_id=None, combine_halves="mean", position_embedding_type="rotary")
+# (no attention-probability dropout: the fused chunk-attention kernel has none, and would fall back to the plain path)
+FRESH_DEFAULTS = dict(bos_token_id=None, eos_token_id=None, combine_halves="mean", position_embedding_type="rotary",
+                      local_attention_probs_dropout_prob=0.0, full_attention_probs_dropout_prob=0.0)
 # written into every saved config, even at the class default, so that a saved config keeps meaning what it says
 ALWAYS_SAVED = ("position_embedding_type", "combine_halves")
 
@@ -129,10 +131,12 @@ class RevLSHConfig(PreTrainedConfig):
     def from_size(cls, size: str, **overrides) -> "RevLSHConfig":
         """``tiny`` (2 layers x 32, for tests), ``small`` (6 x 256) or ``base`` (12 x 512, trax's enwik8
         pattern of local and LSH layers), with ``overrides`` of any field. Its output is the halves' mean,
-        ``hidden_size`` wide (``combine_halves="mean"``), and its positions are rotary
-        (``position_embedding_type="rotary"``; the class default stays ``"absolute"``, as saved configs say). A fresh model has no bos / eos token
-        unless given (``ReformerConfig``'s eos 2 names a token of its own vocabulary): pass the tokenizer's,
-        ``bos_token_id=tokenizer.bos_token_id, eos_token_id=...``, as ``pretrain rev-lsh`` does."""
+        ``hidden_size`` wide (``combine_halves="mean"``), its positions are rotary
+        (``position_embedding_type="rotary"``; the class default stays ``"absolute"``, as saved configs say) and
+        its local and full layers drop no attention probabilities (the fused kernel has no dropout; the class
+        default, 0.05, stays). A fresh model has no bos / eos token unless given (``ReformerConfig``'s eos 2
+        names a token of its own vocabulary): pass the tokenizer's, ``bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=...``, as ``pretrain rev-lsh`` does."""
         if size not in SIZES:
             raise ValueError(f"RevLSHConfig size must be one of {list(SIZES)}, got {size!r}")
         return cls(**{**SIZES[size], **FRESH_DEFAULTS, **overrides})

@@ -252,8 +252,16 @@ class RevLSHPreTrainedModel(PreTrainedModel):
     # the blocks the reversible backward recomputes one at a time (FSDP units, as hf_plm_ext.training.sharding makes)
     _no_split_modules = ["RevLSHAttentionBlock", "RevLSHFeedForward"]
     supports_gradient_checkpointing = True
+    # "sdpa" (the default): full layers through scaled_dot_product_attention, chunked ones through the fused kernel
+    # (attention_rev_lsh.attend_fused); "eager": the scores materialised (and output_attentions always so)
     _supports_sdpa = True
     accepts_loss_kwargs = False  # the heads return batch means: the Trainer scales for gradient accumulation
+
+    @classmethod
+    def _can_set_attn_implementation(cls) -> bool:
+        """``set_attn_implementation`` works: the blocks read ``config._attn_implementation`` on every call
+        (transformers' guess from the source, which looks for its attention interface, says no)."""
+        return True
 
     def _init_weights(self, module):
         std = self.config.initializer_range
