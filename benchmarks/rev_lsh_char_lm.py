@@ -5,7 +5,8 @@ is a CPU-sized version on public-domain books of ``../shared/data/corpus/en/gute
 trains, the last (held out) is scored. The same causal model (``--layers`` x ``--hidden``) is trained for the
 same number of steps with each attention: LSH with 1 / 2 / 4 hash rounds, local (chunked) and full. Reported:
 bits per character on held-out windows of ``--context`` characters, and seconds per step (of this one run, all
-configurations run one after the other in one process).
+configurations run one after the other in one process). ``--seconds``: the same time budget for each, not the
+same steps.
 
     .venv/bin/python benchmarks/rev_lsh_char_lm.py --out benchmarks/results/rev_lsh_char_lm
 """
@@ -67,7 +68,11 @@ def train(kind, num_hashes, data, args):
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / args.warmup))
     generator = torch.Generator().manual_seed(args.seed)
     history, started = [], time.perf_counter()
+    steps = 0
     for step in range(1, args.steps + 1):
+        if args.seconds and time.perf_counter() - started > args.seconds:
+            break
+        steps = step
         batch = windows(train_ids, args.context, args.batch_size, generator)
         loss = model(batch, labels=batch).loss
         optimizer.zero_grad()
@@ -78,10 +83,10 @@ def train(kind, num_hashes, data, args):
         if step % args.log_every == 0:
             history.append({"step": step, "train_bits_per_character": round(loss.item() / math.log(2), 4)})
             print(kind, num_hashes, history[-1], flush=True)
-    seconds_per_step = (time.perf_counter() - started) / args.steps
+    seconds_per_step = (time.perf_counter() - started) / steps
     bpc = bits_per_character(model, held_out, args.context, args.eval_windows)
-    print(kind, num_hashes, "held-out bpc", round(bpc, 4), flush=True)
-    return {"kind": kind, "num_hashes": num_hashes, "bits_per_character": round(bpc, 4),
+    print(kind, num_hashes, "held-out bpc", round(bpc, 4), "after", steps, "steps", flush=True)
+    return {"kind": kind, "num_hashes": num_hashes, "bits_per_character": round(bpc, 4), "steps": steps,
             "seconds_per_step": round(seconds_per_step, 3), "history": history}
 
 
@@ -94,6 +99,7 @@ def main():
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--hidden", type=int, default=128)
     parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--seconds", type=float, help="a time budget per variant (then --steps is the most)")
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--warmup", type=int, default=30)
@@ -111,11 +117,10 @@ def main():
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps({"arguments": vars(args), "results": results}, indent=1) + "\n")
-    rows = [f"| attention | held-out bits per character after {args.steps} steps | seconds per step |",
-            "|---|---:|---:|"]
+    rows = ["| attention | steps | held-out bits per character | seconds per step |", "|---|---:|---:|---:|"]
     for r in results:
         name = f"LSH, {r['num_hashes']} hash(es)" if r["kind"] == "lsh" else r["kind"]
-        rows.append(f"| {name} | {r['bits_per_character']:.3f} | {r['seconds_per_step']} |")
+        rows.append(f"| {name} | {r['steps']} | {r['bits_per_character']:.3f} | {r['seconds_per_step']} |")
     out.with_suffix(".md").write_text("\n".join(rows) + "\n")
     print("\n".join(rows))
 

@@ -12,14 +12,14 @@ from hf_plm_ext.errors import UserInputError
 def check_new_output(path) -> Path:
     path = Path(path)
     if path.exists():
-        raise UserInputError(f"output directory {path} already exists; choose another --output or remove it")
+        raise UserInputError(f"output directory {path} already exists; give a new folder or remove it")
     return path
 
 
 def check_new_file(path) -> Path:
     path = Path(path)
     if path.exists():
-        raise UserInputError(f"output file {path} already exists; choose another --output or remove it")
+        raise UserInputError(f"output file {path} already exists; give a new file name or remove it")
     return path
 
 
@@ -70,6 +70,14 @@ def check_file(path, what="file") -> Path:
     if not path.is_file():
         raise UserInputError(f"{what} not found: {path}")
     return path
+
+
+def read_utf8(path) -> str:
+    """The text of a file, or one clear error naming it and the first byte that is not UTF-8."""
+    try:
+        return Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise UserInputError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
 
 
 def check_text_file(path, what="corpus file") -> Path:

@@ -14,6 +14,14 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (a batch size, a count)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def has_accelerator() -> bool:
     import torch
 
@@ -33,7 +41,7 @@ def add_training_command(subparsers, name, help, dataclass_types, handler, **def
 
 def dataclasses_from(namespace):
     """Build each of the command's dataclasses from the parsed namespace (``HfArgumentParser``'s rule)."""
-    from hf_plm_ext.errors import UserInputError
+    from hf_plm_ext.errors import UserInputError, last_line
     from hf_plm_ext.training.sharding import refuse_trainer_fsdp_on_cpu
 
     values = vars(namespace)
@@ -43,5 +51,8 @@ def dataclasses_from(namespace):
     instances = []
     for dataclass_type in namespace.dataclass_types:
         names = {f.name for f in dataclasses.fields(dataclass_type) if f.init}
-        instances.append(dataclass_type(**{k: v for k, v in values.items() if k in names}))
+        try:
+            instances.append(dataclass_type(**{k: v for k, v in values.items() if k in names}))
+        except ValueError as err:  # a dataclass's own check of its flags (the Trainer's too): one line, exit 2
+            raise UserInputError(last_line(err)) from None
     return instances

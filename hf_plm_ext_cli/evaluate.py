@@ -1,16 +1,19 @@
-"""``hf-plm-ext eval lm``: perplexity of a language model with segment memory; ``eval csc``: spelling correction
-scored as the SIGHAN bake-off defines it."""
+"""``hf-plm-ext eval lm``: perplexity of a causal language model (with segment memory or without); ``eval csc``:
+spelling correction scored as the SIGHAN bake-off defines it."""
 
 import argparse
 import json
+
+from hf_plm_ext_cli.arguments import positive_int
 
 NAME, HELP = "eval", "evaluate a model"
 
 
 def add_to(evaluate):
     kinds = evaluate.add_subparsers(dest="kind", required=True, metavar="KIND")
-    lm = kinds.add_parser("lm", help="perplexity (and bits per character) of a transfo-xl model on a text file, "
-                                     "every token counted once, memory carried across segments",
+    lm = kinds.add_parser("lm", help="perplexity (and bits per character) of a causal language model on a text "
+                                     "file, every token counted once: transfo-xl carries its memory across "
+                                     "segments, rev-lsh (or any causal LM) reads each --tgt-len segment alone",
                           allow_abbrev=False)
     lm.add_argument("--model", required=True, metavar="DIR")
     lm.add_argument("--tokenizer", metavar="DIR", help="default: the model's folder")
@@ -32,7 +35,7 @@ def add_to(evaluate):
                                                                         "JSON (e.g. SIGHAN-15 test)")
     csc.add_argument("--output", required=True, metavar="DIR", help="new folder: eval_results.json, "
                                                                     "predictions.tsv, README.md (the card)")
-    csc.add_argument("--batch-size", type=int, default=32)
+    csc.add_argument("--batch-size", type=positive_int, default=32)
     csc.add_argument("--max-length", type=int, help="tokens per window (default: the model's positions)")
     csc.set_defaults(handler=run_csc)
 

@@ -400,3 +400,44 @@ def test_bad_input_to_the_commands_is_one_clear_error(fine_tuned, tiny_chinese_b
     code, _, stderr = run_cli(["finetune", "csc", "--model", tiny_chinese_bert, "--output", tmp_path / "g",
                                "--max_steps", "1"], capsys)
     assert code == 2 and "--corpus" in stderr
+
+
+def test_a_batch_size_below_one_is_refused_by_the_parser(fine_tuned, tmp_path, capsys):
+    model, _ = fine_tuned
+    good = tmp_path / "good.tsv"
+    good.write_text("我爰北京\t我爱北京\n", encoding="utf-8")
+    for argv in (["correct", model, "我爰北京", "--batch-size", "0"],
+                 ["eval", "csc", "--model", model, "--test-file", good, "--output", tmp_path / "e", "--batch-size",
+                  "0"]):
+        code, _, stderr = run_cli(argv, capsys)
+        assert code == 2 and "argument --batch-size: must be at least 1, got 0" in stderr, stderr[-500:]
+    assert not (tmp_path / "e").exists()
+
+
+def test_text_that_is_not_utf8_is_named_with_its_byte(fine_tuned, tiny_chinese_bert, tmp_path, capsys):
+    """GBK bytes to each command that reads Chinese text: one line with the file and byte, exit 2, nothing written."""
+    model, _ = fine_tuned
+    gbk = tmp_path / "gbk.txt"
+    gbk.write_bytes("我爰北京\t我爱北京\n".encode("gbk"))
+    for argv, out in ((["correct", model, "--file", gbk], None),
+                      (["eval", "csc", "--model", model, "--test-file", gbk, "--output", tmp_path / "e"], "e"),
+                      (["finetune", "csc", "--model", tiny_chinese_bert, "--corpus", gbk, "--output", tmp_path / "f",
+                        "--max_steps", "1"], "f")):
+        code, _, stderr = run_cli(argv, capsys)
+        assert code == 2 and f"{gbk}: not UTF-8 text (invalid continuation byte at byte 0)" in stderr, stderr[-500:]
+        assert out is None or not (tmp_path / out).exists()
+
+
+def test_correct_reads_standard_input_and_names_an_empty_file(fine_tuned, tmp_path, capsys, monkeypatch):
+    import io
+    import sys
+
+    model, _ = fine_tuned
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("我爰北京\n".encode("utf-8"))))
+    code, stdout, stderr = run_cli(["correct", model, "--file", "-"], capsys)
+    assert code == 0, stderr[-500:]
+    assert len(stdout.splitlines()) == 1 and len(stdout.split("\t")[0].strip()) == 4
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n", encoding="utf-8")
+    code, _, stderr = run_cli(["correct", model, "--file", empty], capsys)
+    assert code == 2 and f"--file {empty} has no lines to correct" in stderr

@@ -413,11 +413,19 @@ def test_distill_task_bad_input_one_clear_error_each_and_nothing_written(tmp_pat
           "--layer_map", "3"], "past the teacher's depth"),
         (["--teacher", tiny_classifier_dir, "--task", "glue/mrpc"], "give one of --student, --student-config"),
         (["--teacher", tiny_classifier_dir, "--task", "mrpc", "--student-config", student_json], "benchmark/task"),
+        # the distillation flags' own checks (and the Trainer's): one line, exit 2, not a ValueError traceback
+        *((["--teacher", tiny_classifier_dir, "--task", "glue/mrpc", "--student-config", student_json, *flags],
+           message) for flags, message in [
+            (["--temperature", 0], "--temperature must be > 0, got 0.0"),
+            (["--stage", "predict"], "--stage must be one of ['intermediate', 'prediction', 'both']"),
+            (["--attention_loss", "foo"], "--attention_loss must be one of ['mse', 'kl', 'none'], got 'foo'"),
+            (["--hard_label_weight", -1], "--hard_label_weight must be >= 0, got -1.0"),
+            (["--lr_scheduler_type", "sideways"], "sideways")]),
     ]
     for number, (args, message) in enumerate(cases):
         out = tmp_path / f"out-{number}"
         code, _, stderr = run_cli(["distill", "task", *common, *args, "--output", out], capsys)
-        assert code == 2 and message in stderr, (args, stderr[-600:])
+        assert code == 2 and message in stderr and "Traceback" not in stderr, (args, stderr[-600:])
         assert not out.exists() and not list(tmp_path.glob(f".out-{number}*"))
 
 

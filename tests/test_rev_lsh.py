@@ -374,6 +374,12 @@ def test_converting_something_else_is_refused_by_name(tmp_path, capsys):
     RevLSHModel(tiny_rev_lsh()).save_pretrained(tmp_path / "not-reformer")
     code, _, stderr = run_cli(["convert", "reformer", tmp_path / "not-reformer", tmp_path / "out"], capsys)
     assert code == 2 and "model_type is 'rev-lsh', not 'reformer'" in stderr and not (tmp_path / "out").exists()
+    # the folder's config.json named instead of the folder: the folder is read
+    code, _, stderr = run_cli(["convert", "reformer", tmp_path / "not-reformer" / "config.json", tmp_path / "out"],
+                              capsys)
+    assert code == 2 and "model_type is 'rev-lsh', not 'reformer'" in stderr and "config.json/config.json" not in stderr
+    code, _, stderr = run_cli(["convert", "reformer", tmp_path / "not-reformer", tmp_path / "not-reformer"], capsys)
+    assert code == 2 and "already exists; give a new folder or remove it" in stderr and "--output" not in stderr
 
 
 def test_pretrain_rev_lsh_masked_and_causal_then_finetune_from_the_command_line(tmp_path, english_tokenizer_dir,
@@ -536,3 +542,31 @@ def test_the_fused_kernel_runs_in_low_precision_and_falls_back_with_attention_dr
     plain = attention(hidden, sdpa=False)[0]
     torch.manual_seed(3)
     assert torch.equal(attention(hidden, sdpa=True)[0], plain)
+
+
+def test_a_character_level_causal_model_pretrains_and_eval_lm_scores_it_at_two_contexts(tmp_path, shared_data,
+                                                                                         capsys):
+    """A chars tokenizer has no [CLS] / [SEP]: causal blocks end with its eos alone; eval lm reads a causal model
+    without segment memory one --tgt-len segment at a time and reports bits per character."""
+    from conftest import run_cli
+
+    book = shared_data / "corpus/en/gutenberg/11-0.txt"
+    code, _, stderr = run_cli(["tokenizer", "train", "--corpus", book, "--kind", "chars", "--output",
+                               tmp_path / "chars"], capsys)
+    assert code == 0, stderr[-2000:]
+    code, _, stderr = run_cli(["pretrain", "rev-lsh", "--causal", "true", "--corpus", book, "--tokenizer",
+                               tmp_path / "chars", "--size", "tiny", "--max_seq_length", 256, "--max_steps", 3,
+                               "--per_device_train_batch_size", 2, "--disable_tqdm", "true", "--report_to", "none",
+                               "--output", tmp_path / "clm"], capsys)
+    assert code == 0, stderr[-3000:]
+    scores = {}
+    for context in (32, 128):
+        code, _, stderr = run_cli(["eval", "lm", "--model", tmp_path / "clm", "--corpus", book, "--tgt-len", context,
+                                   "--output", tmp_path / f"at-{context}.json"], capsys)
+        assert code == 0, stderr[-2000:]
+        scores[context] = json.loads((tmp_path / f"at-{context}.json").read_text())
+    assert scores[32]["tokens"] == scores[128]["tokens"] > 0
+    assert all(0 < score["bits_per_character"] < 8 for score in scores.values())
+    assert scores[32]["loss"] != scores[128]["loss"]  # each segment alone: the context differs
+    code, _, stderr = run_cli(["eval", "lm", "--model", tmp_path / "clm", "--corpus", book, "--mem-len", 4], capsys)
+    assert code == 2 and "the rev-lsh model has no mem_len" in stderr

@@ -57,6 +57,8 @@ def convert_reformer(source, output) -> Path:
     import hf_plm_ext.modeling.rev_lsh as family
 
     source, output = Path(source), check_new_output(output)
+    if source.name == "config.json" and source.is_file():  # the folder's config named instead of the folder
+        source = source.parent
     config = json.loads(check_file(source / "config.json", "Reformer config").read_text())
     if config.get("model_type") != "reformer":
         raise UserInputError(f"{source / 'config.json'}: model_type is {config.get('model_type')!r}, not 'reformer'")

@@ -26,6 +26,8 @@ class SpellingCorrector:
     """
 
     def __init__(self, model, tokenizer, batch_size: int = 32, max_length: int | None = None, device=None):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         device = device if device is not None else next(model.parameters()).device
         self.pipeline = SpellingCorrectionPipeline(model=model.eval(), tokenizer=tokenizer, device=device,
                                                    batch_size=batch_size)

@@ -15,6 +15,7 @@ from pathlib import Path
 from datasets import Dataset
 
 from hf_plm_ext.errors import UserInputError
+from hf_plm_ext.files import read_utf8
 from hf_plm_ext.modeling.macbert.pipeline_spelling_correction import is_chinese_character
 
 SENTENCE_ENDS = "。！？；!?;"
@@ -31,7 +32,7 @@ def pycorrector_data_dir() -> Path:
 def _read_lines(path: Path) -> list[str]:
     if not path.is_file():
         raise UserInputError(f"confusion set {path} not found")
-    return path.read_text(encoding="utf-8").splitlines()
+    return read_utf8(path).splitlines()
 
 
 @dataclass
@@ -145,7 +146,7 @@ def read_clean_sentences(paths, min_length: int = 8, max_length: int = 128, chin
     for path in map(Path, paths):
         if not path.is_file():
             raise UserInputError(f"--corpus {path} not found")
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for line in read_utf8(path).splitlines():
             sentence = ""
             for char in line.strip():
                 sentence += char
@@ -164,7 +165,7 @@ def read_spelling_pairs(path) -> Dataset:
     path = Path(path)
     if not path.is_file():
         raise UserInputError(f"{path} not found")
-    text = path.read_text(encoding="utf-8")
+    text = read_utf8(path)
     if path.suffix in (".json", ".jsonl") or text.lstrip().startswith(("[", "{")):
         records = _json_records(path, text)
         pairs = [(line, _field(path, line, record, "original_text"), _field(path, line, record, "correct_text"))

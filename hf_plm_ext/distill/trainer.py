@@ -61,19 +61,18 @@ class DistillationArguments:
                    "prediction_loss": (*PREDICTION_LOSSES, "mse", None), "teacher_dtype": ("bfloat16", "float16", None)}
         stages = self.stage.split(",") if isinstance(self.stage, str) else [self.stage]
         if not stages or any(stage not in STAGES for stage in stages):
-            raise ValueError(f"DistillationArguments.stage must be one of {list(STAGES)} (or several in order, as "
+            raise ValueError(f"--stage must be one of {list(STAGES)} (or several in order, as "
                              f"'intermediate,prediction'), got {self.stage!r}")
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
-                raise ValueError(f"DistillationArguments.{name} must be one of {[a for a in allowed if a]}, got "
-                                 f"{getattr(self, name)!r}")
+                raise ValueError(f"--{name} must be one of {[a for a in allowed if a]}, got {getattr(self, name)!r}")
         if self.temperature <= 0:
-            raise ValueError(f"DistillationArguments.temperature must be > 0, got {self.temperature}")
+            raise ValueError(f"--temperature must be > 0, got {self.temperature}")
         for f in fields(self):
             if f.name.endswith("_weight") and getattr(self, f.name) < 0:
-                raise ValueError(f"DistillationArguments.{f.name} must be >= 0, got {getattr(self, f.name)}")
+                raise ValueError(f"--{f.name} must be >= 0, got {getattr(self, f.name)}")
         if self.value_relation_heads is not None and self.value_relation_heads < 1:
-            raise ValueError(f"DistillationArguments.value_relation_heads must be >= 1, got {self.value_relation_heads}")
+            raise ValueError(f"--value_relation_heads must be >= 1, got {self.value_relation_heads}")
 
     @property
     def intermediate(self) -> bool:

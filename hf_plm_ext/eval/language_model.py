@@ -1,4 +1,5 @@
-"""Perplexity of a segment-memory language model over a text file, every token counted once.
+"""Perplexity of a causal language model over a text file, every token counted once: a segment-memory model
+(Transformer-XL) carries its memory from segment to segment, any other reads each segment alone.
 
 The reference's ``eval.py``: the corpus is one token stream in ``batch_size`` parallel streams
 read in ``tgt_len`` segments, each segment with the memory its stream left (``mem_len`` tokens
@@ -40,12 +41,22 @@ def stream_perplexity(model, token_ids, tgt_len, batch_size=1, device=None, **me
         input_ids = torch.stack([item["input_ids"] for item in batch]).to(device)
         targets = torch.stack([item["shift_labels"] for item in batch]).to(device)
         outputs = model(input_ids, shift_labels=targets, **memory, **memory_settings)
-        memory = carried_memory(outputs)
-        total += outputs.losses.double().sum().item()
+        if outputs.get("mems") is not None:  # a segment-memory model; any other causal LM reads each segment alone
+            memory = carried_memory(outputs)
+        total += token_losses(outputs, targets).double().sum().item()
         count += targets.numel()
     loss = total / count
     return {"loss": loss, "perplexity": math.exp(min(loss, 700)), "tokens": count,
             "seconds": round(time.perf_counter() - started, 3)}
+
+
+def token_losses(outputs, targets) -> torch.Tensor:
+    """Per-token negative log-likelihoods: the model's ``losses`` (Transformer-XL's adaptive softmax), or from its
+    logits ``[batch, seq, vocab]`` against ``targets`` (-100: not counted, 0)."""
+    if outputs.get("losses") is not None:
+        return outputs.losses
+    return torch.nn.functional.cross_entropy(outputs.logits.flatten(0, 1).float(), targets.flatten(),
+                                             ignore_index=-100, reduction="none")
 
 
 def evaluate_language_model(model, tokenizer, corpus_files, tgt_len, mem_len=None, clamp_len=None,

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, DataCollatorForLanguageModeling
 
+from hf_plm_ext.data.token_blocks import token_blocks
 from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.training.objectives.base import MaskedInputArguments, special_token_ids
 from hf_plm_ext.training.objectives.mlm import MaskedLM
@@ -70,6 +71,10 @@ class RevLSHPretraining(MaskedLM):
             kind = "causal" if config.is_decoder else "bidirectional"
             raise UserInputError(f"--model {where} is {kind}: {'pass' if config.is_decoder else 'drop'} "
                                  f"--causal to continue it")
+
+    def build_data(self, tokenizer, training_args):
+        return token_blocks(self.args.corpus, tokenizer, self.args.max_seq_length, training_args.seed,
+                            self.args.validation_fraction, causal=self.args.causal)
 
     def collator(self, tokenizer, seed):
         return DataCollatorForLanguageModeling(tokenizer, mlm=not self.args.causal,
