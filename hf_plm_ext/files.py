@@ -2,6 +2,7 @@
 
 import codecs
 import os
+import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +30,12 @@ def write_new_file(path, text: str) -> None:
     partial = _partial_path(path)
     partial.write_text(text, encoding="utf-8")
     partial.rename(path)
+
+
+def unstaged(path) -> Path:
+    """``path`` with each hidden ``.NAME.partial-PID`` folder of :func:`staged_output` named by its final ``NAME``:
+    what a file written while staging should record of where it lives."""
+    return Path(*(re.sub(r"^\.(.+)\.partial-\d+$", r"\1", part) for part in Path(path).parts))
 
 
 def _partial_path(final: Path) -> Path:

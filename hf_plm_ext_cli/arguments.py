@@ -14,12 +14,18 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number of at least 1 (a batch size, a count)."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def int_at_least(minimum: int):
+    """An argparse type: a whole number of at least ``minimum``."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+    parse.__name__ = f"int (at least {minimum})"  # what argparse names in "invalid ... value"
+    return parse
+
+
+positive_int = int_at_least(1)  # a batch size, a count
 
 
 def has_accelerator() -> bool:

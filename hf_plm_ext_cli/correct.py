@@ -54,7 +54,7 @@ def run(args):
         texts += utf8_lines(sys.stdin.buffer.read(), "standard input")
     elif args.file:
         path = Path(args.file)
-        if not path.is_file():
+        if not path.exists() or path.is_dir():  # (a pipe, /dev/stdin, is not a regular file but reads)
             raise UserInputError(f"--file {path} not found")
         texts += read_utf8(path).splitlines()
         if not any(text.strip() for text in texts):

@@ -4,7 +4,7 @@ spelling correction scored as the SIGHAN bake-off defines it."""
 import argparse
 import json
 
-from hf_plm_ext_cli.arguments import positive_int
+from hf_plm_ext_cli.arguments import int_at_least, positive_int
 
 NAME, HELP = "eval", "evaluate a model"
 
@@ -36,7 +36,8 @@ def add_to(evaluate):
     csc.add_argument("--output", required=True, metavar="DIR", help="new folder: eval_results.json, "
                                                                     "predictions.tsv, README.md (the card)")
     csc.add_argument("--batch-size", type=positive_int, default=32)
-    csc.add_argument("--max-length", type=int, help="tokens per window (default: the model's positions)")
+    csc.add_argument("--max-length", type=int_at_least(3), help="tokens per window, [CLS] and [SEP] included "
+                     "(default: the model's positions)")
     csc.set_defaults(handler=run_csc)
 
 

@@ -402,7 +402,7 @@ def test_bad_input_to_the_commands_is_one_clear_error(fine_tuned, tiny_chinese_b
     assert code == 2 and "--corpus" in stderr
 
 
-def test_a_batch_size_below_one_is_refused_by_the_parser(fine_tuned, tmp_path, capsys):
+def test_a_batch_size_below_one_and_a_window_below_three_are_refused_by_the_parser(fine_tuned, tmp_path, capsys):
     model, _ = fine_tuned
     good = tmp_path / "good.tsv"
     good.write_text("我爰北京\t我爱北京\n", encoding="utf-8")
@@ -412,6 +412,13 @@ def test_a_batch_size_below_one_is_refused_by_the_parser(fine_tuned, tmp_path, c
         code, _, stderr = run_cli(argv, capsys)
         assert code == 2 and "argument --batch-size: must be at least 1, got 0" in stderr, stderr[-500:]
     assert not (tmp_path / "e").exists()
+    code, _, stderr = run_cli(["eval", "csc", "--model", model, "--test-file", good, "--output", tmp_path / "e",
+                               "--max-length", "1"], capsys)  # [CLS], a character, [SEP]: 3 at least
+    assert code == 2 and "argument --max-length: must be at least 3, got 1" in stderr
+    code, _, stderr = run_cli(["eval", "csc", "--model", model, "--test-file", good, "--output", tmp_path / "e",
+                               "--max-length", "3"], capsys)
+    assert code == 0, stderr[-500:]  # honoured: one character a window
+    assert (tmp_path / "e" / "predictions.tsv").read_text(encoding="utf-8").split("\t")[0] == "我爰北京"
 
 
 def test_text_that_is_not_utf8_is_named_with_its_byte(fine_tuned, tiny_chinese_bert, tmp_path, capsys):
@@ -441,3 +448,23 @@ def test_correct_reads_standard_input_and_names_an_empty_file(fine_tuned, tmp_pa
     empty.write_text("\n", encoding="utf-8")
     code, _, stderr = run_cli(["correct", model, "--file", empty], capsys)
     assert code == 2 and f"--file {empty} has no lines to correct" in stderr
+    # a pipe by its path (as /dev/stdin is one): read, not "not found"
+    import os
+    import threading
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    writer = threading.Thread(target=lambda: pipe.write_bytes("我爰北京\n".encode("utf-8")))
+    writer.start()
+    code, stdout, stderr = run_cli(["correct", model, "--file", pipe], capsys)
+    writer.join()
+    assert code == 0 and len(stdout.splitlines()) == 1, stderr[-500:]
+
+
+def test_correct_on_a_model_that_cannot_become_a_corrector_does_not_suggest_fine_tuning_it(tmp_path, capsys):
+    from hf_plm_ext import RevLSHConfig, RevLSHForMaskedLM
+
+    RevLSHForMaskedLM(RevLSHConfig.from_size("tiny", vocab_size=50)).save_pretrained(tmp_path / "rev")
+    code, _, stderr = run_cli(["correct", tmp_path / "rev", "你好"], capsys)
+    assert code == 2 and "is not a spelling-correction model" in stderr
+    assert f"--model {tmp_path / 'rev'}" not in stderr and "a 'rev-lsh' checkpoint cannot start one" in stderr

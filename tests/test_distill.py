@@ -356,7 +356,7 @@ def test_distill_task_runs_both_stages_and_saves_a_stock_student_with_its_card(t
     code, stdout, stderr = run_cli(["distill", "task", "--teacher", tiny_classifier_dir, "--task", "glue/mrpc",
                                     "--data-dir", shared_data / "glue/MRPC", "--max_train_samples", 64,
                                     "--student-config", student_json, "--output", out, *STEPS,
-                                    "--prediction_learning_rate", 1e-3], capsys)
+                                    "--learning_rate", 2e-5, "--prediction_learning_rate", 1e-5], capsys)
     assert code == 0, stderr
     assert "teacher (" in stdout and "student (" in stdout
     record = json.loads((out / "eval_results.json").read_text())
@@ -372,7 +372,11 @@ def test_distill_task_runs_both_stages_and_saves_a_stock_student_with_its_card(t
     assert model.config.model_type == "macbert" and model.config.hidden_size == 16
     card = (out / "README.md").read_text()
     assert "distilled from" in card and str(tiny_classifier_dir) in card
-    assert "stage 1 | intermediate, 3 steps" in card and "stage 2 | prediction, 3 steps" in card
+    assert "stage 1 | intermediate, 3 steps, learning rate 2e-05" in card
+    assert "stage 2 | prediction, 3 steps, learning rate 1e-05" in card
+    # the card and the recorded arguments name the output, not the hidden folder it was written in
+    assert "partial" not in card and "partial" not in (out / "training_args.json").read_text()
+    assert "path/to/student" in card
 
 
 def test_distill_task_student_from_the_teachers_layers(tmp_path, tiny_classifier_dir, shared_data, capsys):
@@ -399,6 +403,12 @@ def test_distill_task_bad_input_one_clear_error_each_and_nothing_written(tmp_pat
     encoder = tmp_path / "encoder"  # no classifier: not fine-tuned for anything
     MacBertModel(tiny_macbert_config()).save_pretrained(encoder)
     AutoTokenizer.from_pretrained(english_tokenizer_dir).save_pretrained(encoder)
+    other_task, other_labels = tmp_path / "other-task", tmp_path / "other-labels"
+    for folder, fields in ((other_task, {"finetuning_task": "sst2"}),
+                           (other_labels, {"id2label": {0: "negative", 1: "positive"},
+                                           "label2id": {"negative": 0, "positive": 1}})):
+        MacBertForSequenceClassification(tiny_macbert_config(**fields)).save_pretrained(folder)
+        AutoTokenizer.from_pretrained(english_tokenizer_dir).save_pretrained(folder)
     other_vocab = tmp_path / "other-vocab"
     MacBertForSequenceClassification(tiny_macbert_config(vocab_size=900)).save_pretrained(other_vocab)
     AutoTokenizer.from_pretrained(english_tokenizer_dir).save_pretrained(other_vocab)
@@ -412,6 +422,10 @@ def test_distill_task_bad_input_one_clear_error_each_and_nothing_written(tmp_pat
         (["--teacher", tiny_classifier_dir, "--task", "glue/mrpc", "--student-config", student_json,
           "--layer_map", "3"], "past the teacher's depth"),
         (["--teacher", tiny_classifier_dir, "--task", "glue/mrpc"], "give one of --student, --student-config"),
+        (["--teacher", other_task, "--task", "glue/mrpc", "--student-config", student_json],
+         "was fine-tuned for sst2, not mrpc"),
+        (["--teacher", other_labels, "--task", "glue/mrpc", "--student-config", student_json],
+         "predicts the labels ['negative', 'positive']; mrpc's are ['0', '1']"),
         (["--teacher", tiny_classifier_dir, "--task", "mrpc", "--student-config", student_json], "benchmark/task"),
         # the distillation flags' own checks (and the Trainer's): one line, exit 2, not a ValueError traceback
         *((["--teacher", tiny_classifier_dir, "--task", "glue/mrpc", "--student-config", student_json, *flags],

@@ -221,6 +221,12 @@ def test_peft_config_trains_and_saves_only_the_adapter_and_the_head(tmp_path, ti
             without_lora = adapted_model(ids).logits
     assert not torch.allclose(adapted, base)  # trained LoRA + head
     assert not torch.allclose(adapted, without_lora)  # the LoRA update itself changes the outputs
+    # the adapter folder given as a model: said what it is, and how to use it
+    code, _, stderr = _finetune(capsys, "glue", "mrpc", out, tmp_path / "again", "--data-dir",
+                                shared_data / "glue/MRPC", "--max_steps", 1)
+    assert code == 2 and f"{out} is a PEFT adapter (of {tiny_classifier_dir.resolve()}), not a model" in stderr, \
+        stderr[-600:]
+    assert "merge_and_unload" in stderr and not (tmp_path / "again").exists()
 
 
 @pytest.mark.parametrize("adapter,prefix", [("pfeiffer", ".bn_"), ("houlsby", ".bn_"), ("lora", "lora_")])

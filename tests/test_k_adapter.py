@@ -230,3 +230,11 @@ def test_adapters_start_near_the_identity_while_fusion_and_head_pass_the_backbon
     with torch.no_grad():
         predictions = model(input_ids=ids(batch=4)).logits.squeeze(-1)
     assert predictions.std() > 1e-4  # the inputs reach the output (about 1e-6 times smaller before)
+
+
+def test_a_k_adapter_is_not_a_backbone_for_another(backbone_dir, tmp_path, capsys):
+    new_k_adapter(backbone_dir, tmp_path / "first", **SMALL_ADAPTERS)
+    code, _, err = run_cli(["k-adapter", "new", "--backbone", tmp_path / "first", "--output", tmp_path / "second"],
+                           capsys)
+    assert code == 2 and "is a K-Adapter itself: give its backbone" in err and "k-adapter combine" in err, err
+    assert not (tmp_path / "second").exists()

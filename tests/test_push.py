@@ -318,3 +318,20 @@ def test_a_bottleneck_adapter_pushes_adapter_only_and_its_card_says_loading_need
     name, diff = logits_in_a_fresh_process(hub, tmp_path, AutoPeftModelForSequenceClassification.from_pretrained(run),
                                            load, without_package=False)
     assert name == "MacBertForSequenceClassification" and diff == 0.0
+
+
+def test_a_card_hf_plm_ext_wrote_is_rendered_again_for_the_repo_and_an_edited_one_goes_up_as_it_is(hub, finetuned):
+    """distill writes a card into its output (named by the output); pushed, the card names the repo."""
+    from hf_plm_ext import render_card
+
+    render_card(finetuned).save(str(finetuned / "README.md"))
+    assert "path/to/mrpc-run" in (finetuned / "README.md").read_text()
+    proc = push([finetuned, "--repo-id", "someone/tiny-card"], hub_env(hub))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    card = hub.files("someone/tiny-card")["README.md"].decode()
+    assert "someone/tiny-card" in card and "path/to/mrpc-run" not in card
+    edited = "---\nlicense: mit\n---\n# my own words\n"
+    (finetuned / "README.md").write_text(edited, encoding="utf-8")
+    proc = push([finetuned, "--repo-id", "someone/edited-card"], hub_env(hub))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert hub.files("someone/edited-card")["README.md"].decode() == edited

@@ -26,6 +26,10 @@ def new_k_adapter(backbone, output, adapter_names=("adapter",), embed_backbone=F
     from hf_plm_ext.checkpoints.loading import load_pretrained
 
     backbone_config = load_pretrained(AutoConfig, backbone, "backbone config")
+    if backbone_config.model_type == KAdapterConfig.model_type:
+        raise UserInputError(f"--backbone {backbone} is a K-Adapter itself: give its backbone "
+                             f"({backbone_config.backbone_name_or_path}) for new adapters, and join them to these "
+                             f"with `hf-plm-ext k-adapter combine`")
     source = str(Path(backbone).resolve()) if Path(backbone).is_dir() else str(backbone)
     try:
         config = KAdapterConfig(backbone_config=backbone_config.to_dict(), backbone_name_or_path=source,

@@ -1,13 +1,14 @@
 """Loading checkpoints with one clear error instead of a deep traceback."""
 
 import functools
+import json
 import os
 from pathlib import Path
 
 import httpx2  # huggingface_hub's HTTP client
 from huggingface_hub.errors import StrictDataclassError
 from safetensors import SafetensorError
-from transformers import PreTrainedModel
+from transformers import AutoConfig, PreTrainedModel
 from transformers.utils import logging as transformers_logging
 
 from hf_plm_ext.errors import UserInputError
@@ -28,6 +29,10 @@ def load_pretrained(auto_class, name_or_path, what, **kwargs):
         raise UserInputError(f"{what} directory not found: {name_or_path}")
     if path.is_dir():
         name_or_path = str(path.resolve())
+        reads_a_model = auto_class is AutoConfig or hasattr(auto_class, "_model_mapping") or (
+            isinstance(auto_class, type) and issubclass(auto_class, PreTrainedModel))
+        if reads_a_model and (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
+            raise UserInputError(_adapter_not_model(path, what))
     else:
         check_hub_model(str(name_or_path), what)
     try:
@@ -52,6 +57,17 @@ def load_pretrained(auto_class, name_or_path, what, **kwargs):
         raise UserInputError(_missing_head(auto_class, name_or_path, what)) from None
     except (OSError, KeyError) as err:
         raise _cannot_load(what, name_or_path, err) from None
+
+
+def _adapter_not_model(path: Path, what: str) -> str:
+    """A PEFT adapter folder given where a model is read: what it is and how it is used."""
+    try:
+        base = json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError):
+        base = None
+    return (f"{what} {path} is a PEFT adapter (of {base or 'a base model it does not name'}), not a model: load it "
+            f"with peft's AutoPeftModel*.from_pretrained({str(path)!r}), or merge it into its base first "
+            f"(merge_and_unload(), then save_pretrained) and pass that folder")
 
 
 def _load_model(auto_class, name_or_path, what, **kwargs):

@@ -1,8 +1,11 @@
 """Save a trained model without pickles: safetensors weights, code, tokenizer, JSON arguments."""
 
+import json
 from pathlib import Path
 
 from transformers.trainer import TRAINING_ARGS_NAME
+
+from hf_plm_ext.files import unstaged
 
 
 def save_final(trainer, directory) -> None:
@@ -21,4 +24,5 @@ def save_final(trainer, directory) -> None:
     (directory / TRAINING_ARGS_NAME).unlink(missing_ok=True)
     if card.exists() and not had_card:
         card.unlink()  # PEFT writes a generic card; `hf-plm-ext push` renders one from the run
-    (directory / "training_args.json").write_text(trainer.args.to_json_string() + "\n")
+    recorded = {**trainer.args.to_dict(), "output_dir": str(unstaged(trainer.args.output_dir))}  # not the staging
+    (directory / "training_args.json").write_text(json.dumps(recorded, indent=2) + "\n")

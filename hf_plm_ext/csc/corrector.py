@@ -38,9 +38,12 @@ class SpellingCorrector:
         config = load_pretrained(AutoConfig, path, "config")
         architectures = config.architectures or []
         if not any(name.endswith("ForSpellingCorrection") for name in architectures):
+            start = (f"`hf-plm-ext finetune csc --model {path} ...`" if config.model_type in ("bert", "macbert")
+                     else f"`hf-plm-ext finetune csc --model BERT_OR_MACBERT ...` (a {config.model_type!r} "
+                          f"checkpoint cannot start one)")
             raise UserInputError(f"{path} is not a spelling-correction model (its architecture is "
                                  f"{', '.join(architectures) or 'not recorded'}; it has no detection head): train "
-                                 "one with `hf-plm-ext finetune csc --model " + str(path) + " ...`")
+                                 f"one with {start}")
         tokenizer = load_pretrained(AutoTokenizer, path, "tokenizer")
         model = load_pretrained(MacBertForSpellingCorrection, path, "model")
         return cls(model, tokenizer, **kwargs)

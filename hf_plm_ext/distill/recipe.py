@@ -116,7 +116,7 @@ def check_same_vocabulary(student_config, teacher_config):
                              f"{student_config.vocab_size} tokens, the teacher {teacher_config.vocab_size}")
 
 
-def check_teacher_for_task(teacher, task_name: str, num_labels: int, is_regression: bool, where):
+def check_teacher_for_task(teacher, task_name: str, num_labels: int, is_regression: bool, where, label_names=None):
     if getattr(teacher, "newly_initialised_modules", None):
         raise UserInputError(f"--teacher {where} is not fine-tuned for {task_name}: its "
                              f"{', '.join(teacher.newly_initialised_modules)} would start random (fine-tune it "
@@ -127,6 +127,15 @@ def check_teacher_for_task(teacher, task_name: str, num_labels: int, is_regressi
     if (teacher.config.problem_type == "regression") != is_regression:
         raise UserInputError(f"--teacher {where} is a {teacher.config.problem_type or 'classification'} model; "
                              f"{task_name} is {'a regression' if is_regression else 'a classification'} task")
+    trained_for = getattr(teacher.config, "finetuning_task", None)  # what `finetune` records
+    if trained_for and trained_for != task_name:
+        raise UserInputError(f"--teacher {where} was fine-tuned for {trained_for}, not {task_name}: the teacher "
+                             f"must be fine-tuned for this task")
+    teacher_labels = [teacher.config.id2label[i] for i in range(num_labels)] if not is_regression else None
+    if label_names and teacher_labels != [f"LABEL_{i}" for i in range(num_labels)] and \
+            teacher_labels != list(label_names):  # (LABEL_i: a classifier that names no labels)
+        raise UserInputError(f"--teacher {where} predicts the labels {teacher_labels}; {task_name}'s are "
+                             f"{list(label_names)}: the teacher must be fine-tuned for this task")
 
 
 def distill_task(args: DistillTaskArguments, distill_args: DistillationArguments,
@@ -151,7 +160,7 @@ def distill_task(args: DistillTaskArguments, distill_args: DistillationArguments
         student = load_pretrained(AutoModelForSequenceClassification, args.student, "student",
                                   **label_fields(teacher.config))
         check_sequence_length(student, args.max_seq_length)
-    check_teacher_for_task(teacher, *labels, args.teacher)
+    check_teacher_for_task(teacher, *labels, args.teacher, label_names=task.labels)
     student = student or build_student(args, teacher, AutoModelForSequenceClassification)
     check_same_vocabulary(student.config, teacher.config)
 

@@ -17,6 +17,7 @@ from safetensors import SafetensorError, safe_open
 
 from hf_plm_ext.checkpoints.results import results_table
 from hf_plm_ext.errors import UserInputError
+from hf_plm_ext.files import unstaged
 from hf_plm_ext.training.objectives import OBJECTIVES
 
 # Which Auto class and pipeline a checkpoint's head belongs to, by the architecture's suffix.
@@ -89,7 +90,7 @@ def render_card(checkpoint, repo_id=None, language=None, license=None, base_mode
     distilled = (evaluated or {}).get("distillation") or _optional(checkpoint / "distill_results.json")
     training = {k: _show(training_args[k]) for k in TRAINING_FIELDS if training_args.get(k) not in (None, -1)}
     objective = (pretrained or {}).get("objective")
-    name = repo_id.split("/")[-1] if repo_id else checkpoint.name
+    name = repo_id.split("/")[-1] if repo_id else unstaged(checkpoint).name  # rendered while staging: the output's
     card_data = ModelCardData(
         model_name=name, library_name="transformers", pipeline_tag=pipeline_tag, language=language, license=license,
         base_model=base_model, datasets=datasets,
@@ -113,7 +114,7 @@ def render_card(checkpoint, repo_id=None, language=None, license=None, base_mode
         what = f"This checkpoint is a `{architecture}`; its folder holds no record of how it was trained."
     card = ModelCard.from_template(
         card_data, template_str=template_for(config["model_type"]), model_name=name,
-        repo_id=repo_id or f"path/to/{checkpoint.name}", auto_class=auto_class, architecture=architecture,
+        repo_id=repo_id or f"path/to/{name}", auto_class=auto_class, architecture=architecture,
         what_this_checkpoint_is=what, pretraining=pretraining, training=training,
         distillation=distillation_rows(distilled) if distilled else {},
         results_table=results_table([scored]) if scored else "",
@@ -211,7 +212,7 @@ def render_adapter_card(checkpoint: Path, repo_id=None, language=None, license=N
                                                     None))
     evaluated = _optional(checkpoint / "eval_results.json")
     training_args = _optional(checkpoint / "training_args.json") or {}
-    name = repo_id.split("/")[-1] if repo_id else checkpoint.name
+    name = repo_id.split("/")[-1] if repo_id else unstaged(checkpoint).name  # rendered while staging: the output's
     card_data = ModelCardData(
         model_name=name, library_name="peft", pipeline_tag=pipeline_tag, language=language, license=license,
         base_model=base if base and not is_local_path(base) else None, datasets=datasets,
@@ -252,9 +253,11 @@ def _optional(path: Path):
 
 
 def _show(value):
+    """A value as a card shows it: a list of paths by their names, a float to 4 significant digits (a learning
+    rate of 2e-05 stays 2e-05)."""
     if isinstance(value, list):
         return ", ".join(Path(v).name for v in value)
-    return round(value, 4) if isinstance(value, float) else value
+    return float(f"{value:.4g}") if isinstance(value, float) else value
 
 
 def _parameter_count(checkpoint: Path) -> str:

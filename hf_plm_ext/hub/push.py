@@ -82,10 +82,13 @@ def push_checkpoint(directory, repo_id, private=False, revision=None, create_pr=
     if token is None:
         raise UserInputError("no Hugging Face token: set HF_TOKEN or run `hf auth login` (a token with write access)")
     readme = directory / "README.md"
-    card = None if readme.is_file() else render_card(directory, repo_id=repo_id, language=language,
-                                                      license=license, base_model=base_model, datasets=datasets)
+    # a card hf-plm-ext wrote and nobody edited is rendered again, for the repo; an edited one goes up as it is
+    ours = readme.is_file() and readme.read_text(encoding="utf-8") == str(render_card(directory))
+    card = None if readme.is_file() and not ours else render_card(directory, repo_id=repo_id, language=language,
+                                                                   license=license, base_model=base_model,
+                                                                   datasets=datasets)
     operations = [CommitOperationAdd(path_in_repo=f.name, path_or_fileobj=replaced.get(f.name, str(f)))
-                  for f in files]
+                  for f in files if not (card is not None and f.name == "README.md")]
     if card is not None:
         operations.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=str(card).encode()))
     api = HfApi(token=token)

@@ -16,7 +16,8 @@ SIZES = ("tiny", "small", "base")
 @dataclass
 class RevLSHArguments(MaskedInputArguments):
     max_seq_length: int = field(default=4096, metadata={"help": "tokens per training example (any length; a "
-                                                                "fresh model's max_position_embeddings follows it)"})
+                                                                "fresh model's max_position_embeddings is the "
+                                                                "larger of it and 4096)"})
     size: str = field(default="small", metadata={"help": "a fresh model's size: tiny (2 x 32, for tests), small "
                                                           "(6 x 256, local and LSH layers alternating), base "
                                                           "(12 x 512, trax's enwik8 pattern)"})
