@@ -94,7 +94,7 @@ class GradientBuffers:
     no gradient keeps None."""
 
     def __init__(self, parameters):
-        self.free = {id(parameter): torch.zeros_like(parameter) for parameter in parameters}
+        self.free = {id(parameter): torch.empty_like(parameter) for parameter in parameters}  # (written by copy_)
         self.summed = {}
 
     def add(self, parameter, grad):
