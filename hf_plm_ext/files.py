@@ -79,12 +79,17 @@ def check_file(path, what="file") -> Path:
     return path
 
 
-def read_utf8(path) -> str:
-    """The text of a file, or one clear error naming it and the first byte that is not UTF-8."""
+def decode_utf8(data: bytes, where) -> str:
+    """``data`` as text, or one clear error naming ``where`` it came from and the first byte that is not UTF-8."""
     try:
-        return Path(path).read_bytes().decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise UserInputError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+        raise UserInputError(f"{where}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+
+
+def read_utf8(path) -> str:
+    """The text of a file (:func:`decode_utf8`)."""
+    return decode_utf8(Path(path).read_bytes(), path)
 
 
 def check_text_file(path, what="corpus file") -> Path:

@@ -20,15 +20,6 @@ def stdin_is_piped() -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISREG(mode)
 
 
-def utf8_lines(data: bytes, where: str) -> list[str]:
-    from hf_plm_ext.errors import UserInputError
-
-    try:
-        return data.decode("utf-8").splitlines()
-    except UnicodeDecodeError as err:
-        raise UserInputError(f"{where}: not UTF-8 text ({err.reason} at byte {err.start})") from None
-
-
 def add_to(parser):
     parser.add_argument("model", metavar="MODEL", help="a spelling-correction checkpoint folder")
     parser.add_argument("texts", nargs="*", metavar="TEXT", help="sentences to correct, right after MODEL "
@@ -47,11 +38,11 @@ def run(args):
 
     from hf_plm_ext.csc.corrector import SpellingCorrector
     from hf_plm_ext.errors import UserInputError
-    from hf_plm_ext.files import read_utf8
+    from hf_plm_ext.files import decode_utf8, read_utf8
 
     texts = list(args.texts)
     if args.file == "-" or (args.file is None and not texts and stdin_is_piped()):
-        texts += utf8_lines(sys.stdin.buffer.read(), "standard input")
+        texts += decode_utf8(sys.stdin.buffer.read(), "standard input").splitlines()
     elif args.file:
         path = Path(args.file)
         if not path.exists() or path.is_dir():  # (a pipe, /dev/stdin, is not a regular file but reads)

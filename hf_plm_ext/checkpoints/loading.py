@@ -27,16 +27,16 @@ def load_pretrained(auto_class, name_or_path, what, **kwargs):
     looks_local = path.is_absolute() or str(name_or_path).startswith(".") or path.exists()
     if looks_local and not path.is_dir():
         raise UserInputError(f"{what} directory not found: {name_or_path}")
+    is_model = hasattr(auto_class, "_model_mapping") or issubclass(auto_class, PreTrainedModel)
     if path.is_dir():
         name_or_path = str(path.resolve())
-        reads_a_model = auto_class is AutoConfig or hasattr(auto_class, "_model_mapping") or (
-            isinstance(auto_class, type) and issubclass(auto_class, PreTrainedModel))
-        if reads_a_model and (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
+        if ((is_model or auto_class is AutoConfig) and (path / "adapter_config.json").is_file()
+                and not (path / "config.json").is_file()):
             raise UserInputError(_adapter_not_model(path, what))
     else:
         check_hub_model(str(name_or_path), what)
     try:
-        if hasattr(auto_class, "_model_mapping") or issubclass(auto_class, PreTrainedModel):  # a model
+        if is_model:
             return _load_model(auto_class, name_or_path, what, **kwargs)
         return auto_class.from_pretrained(name_or_path, **kwargs)
     except SafetensorError as err:
