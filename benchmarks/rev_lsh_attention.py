@@ -78,15 +78,40 @@ def one_point(name, n, repeats):
             "peak_mib": round(peak_bytes / 2 ** 20, 1)}
 
 
+def paired(names, n, repeats):
+    """Two layers in one process, their steps alternating (after a warm-up step each): each one's median step and
+    the median of the per-pair time ratios (the first over the second), which the VM's drift affects least."""
+    import torch
+
+    torch.manual_seed(0)
+    steps = [build(name, n) for name in names]
+    x = torch.randn(1, n, D_MODEL, requires_grad=True)
+    times = [[], []]
+    for repeat in range(repeats + 1):
+        for index, forward in enumerate(steps):
+            started = time.perf_counter()
+            forward(x).sum().backward()
+            if repeat:
+                times[index].append(1000 * (time.perf_counter() - started))
+    ratios = [first / second for first, second in zip(*times)]
+    return {"impls": list(names), "n": n, "ms": [round(statistics.median(t), 1) for t in times],
+            "ratio": round(statistics.median(ratios), 3), "ratios": [round(r, 3) for r in ratios]}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="benchmarks/results/rev_lsh_attention")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--point", nargs=2, metavar=("IMPL", "N"), help=argparse.SUPPRESS)
+    parser.add_argument("--paired", nargs=3, metavar=("IMPL", "PEER", "N"),
+                        help="time two layers in one process, alternating steps; the median per-pair ratio")
     parser.add_argument("--skip-full-above", type=int, default=16384, help="SDPA full attention up to this n")
     parser.add_argument("--lengths", type=int, nargs="+", default=LENGTHS)
     parser.add_argument("--impls", nargs="+", default=IMPLEMENTATIONS, choices=IMPLEMENTATIONS)
     args = parser.parse_args()
+    if args.paired:
+        print("RESULT " + json.dumps(paired(args.paired[:2], int(args.paired[2]), args.repeats)))
+        return
     if args.point:
         print("RESULT " + json.dumps(one_point(args.point[0], int(args.point[1]), args.repeats)))
         return

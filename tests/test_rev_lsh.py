@@ -470,9 +470,15 @@ def masked_gradients(attention, hidden, mask, sdpa, seed=1):
 
 @pytest.mark.parametrize("kind, num_hashes", [("lsh", 1), ("lsh", 2), ("lsh", 4), ("local", 1)])
 @pytest.mark.parametrize("causal", [False, True])
-def test_the_fused_kernel_gives_the_plain_path_s_outputs_and_gradients(kind, num_hashes, causal):
+@pytest.mark.parametrize("piece_bytes", [2**30, 1])
+def test_the_fused_kernel_gives_the_plain_path_s_outputs_and_gradients(kind, num_hashes, causal, piece_bytes,
+                                                                       monkeypatch):
     """float64: chunks of 8 over 45 tokens (padded inside), a padded row, several rounds (whose log-sum-exp the
-    gradient flows through), tokens that see only themselves (causal position 0, in two copies across rounds)."""
+    gradient flows through), tokens that see only themselves (causal position 0, in two copies across rounds);
+    the kernel over all chunks at once and over one chunk at a time."""
+    from hf_plm_ext.modeling.rev_lsh import attention_rev_lsh
+
+    monkeypatch.setattr(attention_rev_lsh, "PIECE_BYTES", piece_bytes)
     torch.manual_seed(0)
     attention = layer(kind, causal, **(dict(num_hashes=num_hashes) if kind == "lsh" else {})).double()
     hidden = torch.randn(2, 45, 32, dtype=torch.float64)
@@ -484,15 +490,30 @@ def test_the_fused_kernel_gives_the_plain_path_s_outputs_and_gradients(kind, num
     assert plain[1].abs().sum() > 0
 
 
-def test_the_fused_kernel_s_backward_carries_the_log_sum_exp_s_gradient():
-    """gradcheck (float64) of the kernel call with a loss on the output and on the log-sum-exp, a masked key."""
-    from hf_plm_ext.modeling.rev_lsh.attention_rev_lsh import FusedAttention
+@pytest.mark.parametrize("piece_bytes", [2**30, 1])
+def test_the_fused_kernel_s_backward_carries_the_log_sum_exp_s_gradient(piece_bytes, monkeypatch):
+    """gradcheck (float64) of the windowed kernel with a loss on the output and on the log-sum-exp: 3 chunks of 2
+    queries, each against its window of 2 padded chunks (overlapping views), a masked key, a query that sees only
+    itself; in one piece and one chunk at a time."""
+    from hf_plm_ext.modeling.rev_lsh import attention_rev_lsh
 
+    monkeypatch.setattr(attention_rev_lsh, "PIECE_BYTES", piece_bytes)
     torch.manual_seed(0)
-    queries, keys, values = (torch.randn(3, 1, n, 4, dtype=torch.float64, requires_grad=True) for n in (5, 7, 7))
-    mask = torch.zeros(3, 1, 5, 7, dtype=torch.float64)
-    mask[..., 2] = -1e9
-    assert torch.autograd.gradcheck(lambda q, k, v: FusedAttention.apply(q, k, v, mask), (queries, keys, values))
+    queries = torch.randn(2, 1, 3, 2, 4, dtype=torch.float64, requires_grad=True)
+    keys, values = (torch.randn(2, 1, 4, 2, 4, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    query_positions = torch.tensor([[2, 3], [4, 5], [0, 1]])
+    key_positions = torch.tensor([[0, 1, 2, 3], [2, 3, 4, 5], [4, 5, 0, 1]])
+    key_mask = torch.ones(2, 1, 3, 4, dtype=torch.bool)
+    key_mask[1, :, 0, 1] = False
+
+    def attention(q, k, v):
+        out, logsumexp, _ = attention_rev_lsh.attend_in_windows(q, k, v, query_positions, key_positions, key_mask,
+                                                                causal=True)
+        return out, logsumexp
+
+    out, logsumexp = attention(queries, keys, values)
+    assert logsumexp[0, 0, 2, 0] < -1e4  # position 0 sees only itself (causal)
+    assert torch.autograd.gradcheck(attention, (queries, keys, values))
 
 
 @pytest.mark.parametrize("positions", ["absolute", "rotary"])

@@ -147,35 +147,165 @@ def fused_kernel_applies(queries, dropout, training) -> bool:
     return queries.device.type == "cpu" and not (training and dropout > 0)
 
 
-class FusedAttention(torch.autograd.Function):
-    """``(softmax(q k^T + mask) v, logsumexp)`` over ``[n, 1, q, d]`` inputs and an additive ``[n, 1, q, k]``
-    mask in one call of torch's CPU flash-attention kernel (no scale: the keys come scaled), the scores never
-    materialised; the backward is the kernel's, with the log-sum-exp's gradient folded in."""
+# The kernel runs over the chunks a piece at a time, each piece's largest block (its keys' gradient) at most this
+# size: glibc maps a block above 32 MiB (its largest mmap threshold) fresh on each allocation, and faulting its
+# pages in took a quarter of an 8k-token LSH step here (0.75 GB/s); smaller blocks are reused from the heap.
+PIECE_BYTES = 8 * 2**20
+
+
+def pad_chunks_circularly(chunks, before, after):
+    """``[batch, heads, n_chunks, chunk, ...]`` -> ``[batch, heads, before + n_chunks + after, chunk, ...]``: the
+    neighbours :func:`look_adjacent` puts after chunk c (c - before .. c + after, circularly) are the padded chunks
+    c .. c + before + after, adjacent in memory, so each chunk's keys are a window of the padded ones (no copy)."""
+    if before == 0 and after == 0:
+        return chunks
+    count = chunks.shape[2]
+    return chunks.index_select(2, torch.arange(-before, count + after, device=chunks.device) % count)
+
+
+def windows_fit(num_chunks, before, after) -> bool:
+    """:func:`pad_chunks_circularly`'s windows are :func:`look_adjacent`'s neighbours (which stop being circular
+    for a shift past the chunk count)."""
+    return max(before, after) <= num_chunks
+
+
+def key_windows(padded, start, stop, width):
+    """Chunks ``start .. stop`` of ``padded`` ``[n, chunks, chunk, d]`` (contiguous), each with the ``width - 1``
+    chunks after it: ``[n, stop - start, width * chunk, d]``, a view (the windows overlap)."""
+    n, _, chunk, d = padded.shape
+    return padded.as_strided((n, stop - start, width * chunk, d), padded.stride(),
+                             padded.storage_offset() + start * padded.stride(1))
+
+
+def window_masks(query_positions, key_positions, key_mask, causal, mask_self, start, stop, batch_heads, dtype,
+                 sees_others=None):
+    """For chunks ``start .. stop``: the additive mask ``[batch * heads, stop - start, q, k]`` (or None), whether
+    each query sees a key other than itself and how many copies of itself it sees, ``[..., q, 1]`` (None without
+    ``mask_self``; the copies also None where every query sees others). Positions ``[..., chunks, q]`` /
+    ``[..., chunks, k]``, key_mask ``[..., chunks, k]`` or None, each broadcastable to ``[batch, heads, chunks,
+    ...]``; ``sees_others``: this piece's, from a call before (the backward's)."""
+    query_positions, key_positions = query_positions[..., start:stop, :], key_positions[..., start:stop, :]
+    key_mask = None if key_mask is None else key_mask[..., start:stop, :]
+    allowed = allowed_keys(query_positions, key_positions, key_mask, causal)
+    additive_mask = None if allowed is None else torch.where(allowed, 0.0, mask_value(dtype)).to(dtype)
+    batch, heads = batch_heads
+    flat = lambda x: x if x is None else x.expand(batch, heads, stop - start, *x.shape[-2:]).reshape(  # noqa: E731
+        batch * heads, stop - start, *x.shape[-2:])
+    copies = None
+    if mask_self:
+        itself = query_positions.unsqueeze(-1) == key_positions.unsqueeze(-2)
+        if sees_others is None:
+            sees_others = flat((~itself if allowed is None else allowed > itself).any(-1, keepdim=True))  # (>: and not)
+            if torch.compiler.is_compiling() or not bool(sees_others.all()):
+                copies = flat(itself.sum(-1, keepdim=True))
+        # a token that sees only itself (or its copy from another round in the look-back chunk) keeps its
+        # scores: at -1e5 float32 would round its log-sum-exp, and the backward's softmax with it
+        self_value = torch.where(sees_others, self_mask_value(dtype), 0.0).to(dtype)
+        additive_mask = torch.where(flat(itself), self_value, 0.0 if additive_mask is None else flat(additive_mask))
+        return additive_mask, sees_others, copies
+    return flat(additive_mask), None, None
+
+
+def chunk_pieces(num_chunks, bytes_per_chunk):
+    """``(start, stop)`` of the pieces the kernel runs over (see :data:`PIECE_BYTES`)."""
+    step = max(1, PIECE_BYTES // max(1, bytes_per_chunk))
+    return [(start, min(start + step, num_chunks)) for start in range(0, num_chunks, step)]
+
+
+class FusedWindowAttention(torch.autograd.Function):
+    """Each chunk of queries against its window of keys, ``(softmax(q k^T + mask) v, logsumexp)``, in calls of
+    torch's CPU flash-attention kernel batched over batch x heads x chunks (no scale: the keys come scaled): the
+    scores are never materialised, nor the windows (views of the padded keys and values) or a mask for all
+    chunks at once (one per piece, :data:`PIECE_BYTES`; rebuilt in backward). The backward is the kernel's, with
+    the log-sum-exp's gradient folded in; it sums the windows' overlapping gradients into the padded keys'."""
 
     @staticmethod
-    def forward(ctx, queries, keys, values, additive_mask):
-        out, logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            queries, keys, values, 0.0, False, attn_mask=additive_mask, scale=1.0)
-        ctx.save_for_backward(queries, keys, values, additive_mask, out, logsumexp)
-        return out, logsumexp
+    def forward(ctx, queries, padded_keys, padded_values, query_positions, key_positions, key_mask, causal,
+                mask_self):
+        """queries ``[batch, heads, chunks, q, d]``; padded keys / values ``[batch, heads, chunks + width - 1,
+        k / width, d]`` (:func:`pad_chunks_circularly`); positions and key_mask as :func:`window_masks`'s.
+        Returns ``(out [batch, heads, chunks, q, d], logsumexp [batch, heads, chunks, q], sees_others,
+        copies)``, the last two ``[batch, heads, chunks, q, 1]`` (see :func:`window_masks`; None without
+        ``mask_self``, the copies None too where every query sees others)."""
+        batch, heads, num_chunks, q_length, _ = queries.shape
+        flat = lambda x: x.reshape(batch * heads, *x.shape[2:])  # noqa: E731
+        queries, padded_keys, padded_values = flat(queries), flat(padded_keys).contiguous(), flat(
+            padded_values).contiguous()
+        width = padded_keys.shape[1] - num_chunks + 1
+        ctx.shape, ctx.width, ctx.causal, ctx.mask_self = (batch, heads), width, causal, mask_self
+        ctx.pieces = chunk_pieces(num_chunks, batch * heads * padded_keys[0, :width].numel()
+                                  * padded_keys.element_size())
+        outs, logsumexps, pieces_sees_others, pieces_copies = [], [], [], []
+        for start, stop in ctx.pieces:
+            additive_mask, piece_sees_others, piece_copies = window_masks(
+                query_positions, key_positions, key_mask, causal, mask_self, start, stop, ctx.shape, queries.dtype)
+            out, logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                queries[:, start:stop], key_windows(padded_keys, start, stop, width),
+                key_windows(padded_values, start, stop, width), 0.0, False, attn_mask=additive_mask, scale=1.0)
+            outs.append(out), logsumexps.append(logsumexp)
+            pieces_sees_others.append(piece_sees_others), pieces_copies.append(piece_copies)
+        out, logsumexp = torch.cat(outs, dim=1), torch.cat(logsumexps, dim=1)
+        sees_others = copies = None
+        if mask_self:
+            sees_others = torch.cat(pieces_sees_others, dim=1)
+            if any(piece_copies is not None for piece_copies in pieces_copies):  # (else every query sees others)
+                copies = torch.cat([torch.ones_like(piece_sees_others, dtype=torch.long) if piece_copies is None
+                                    else piece_copies
+                                    for piece_sees_others, piece_copies in zip(pieces_sees_others, pieces_copies)],
+                                   dim=1)
+        ctx.save_for_backward(queries, padded_keys, padded_values, out, logsumexp, query_positions, key_positions,
+                              key_mask, sees_others)
+        unflat = lambda x: None if x is None else x.view(batch, heads, *x.shape[1:])  # noqa: E731
+        outputs = unflat(out), unflat(logsumexp), unflat(sees_others), unflat(copies)
+        ctx.mark_non_differentiable(*(output for output in outputs[2:] if output is not None))
+        return outputs
 
     @staticmethod
-    def backward(ctx, grad_out, grad_logsumexp):
-        queries, keys, values, additive_mask, out, logsumexp = ctx.saved_tensors
-        # d logsumexp / d scores is the softmax P; the kernel's backward forms P * (grad_out . v - D) with
-        # D = rowsum(grad_out * out). An out moved along grad_out by grad_logsumexp / |grad_out|^2 turns D into
-        # D - grad_logsumexp: the log-sum-exp's gradient joins the scores' without P being built.
-        squared_norm = torch.linalg.vector_norm(grad_out, dim=-1, keepdim=True, dtype=logsumexp.dtype).square()
-        # (a compiled graph takes the exact path always: it cannot branch on the data)
-        if torch.compiler.is_compiling() or bool(((squared_norm == 0) & (grad_logsumexp.unsqueeze(-1) != 0)).any()):
-            return (*kernel_backward_with_a_free_column(grad_out, grad_logsumexp, queries, keys, values, out,
-                                                        logsumexp, additive_mask), None)
-        shift = torch.where(squared_norm > 0, grad_logsumexp.unsqueeze(-1) / squared_norm.clamp_min(1e-30), 0.0)
-        moved_out = torch.addcmul(out, shift.to(out.dtype), grad_out, value=-1)
-        grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-            grad_out.contiguous(), queries, keys, values, moved_out, logsumexp, 0.0, False, attn_mask=additive_mask,
-            scale=1.0)
-        return (*grads, None)
+    def backward(ctx, grad_out, grad_logsumexp, *unused):
+        queries, padded_keys, padded_values, out, logsumexp, query_positions, key_positions, key_mask, sees_others \
+            = ctx.saved_tensors
+        batch, heads = ctx.shape
+        grad_out, grad_logsumexp = grad_out.reshape(out.shape), grad_logsumexp.reshape(logsumexp.shape)
+        grad_queries = torch.empty_like(queries)
+        grad_keys, grad_values = torch.empty_like(padded_keys), torch.empty_like(padded_values)
+        num_chunks, chunk = queries.shape[1], padded_keys.shape[2]
+        for grad in (grad_keys, grad_values):  # the padding after the last chunk's: only ever added to
+            grad[:, num_chunks:].zero_()
+        # last piece first: window slot `offset` of chunk c is padded chunk c + offset, so a piece's slot 0 is
+        # written (copied) before anything is added to it, by the pieces before it
+        for start, stop in reversed(ctx.pieces):
+            piece = slice(start, stop)
+            additive_mask = window_masks(query_positions, key_positions, key_mask, ctx.causal, ctx.mask_self, start,
+                                         stop, ctx.shape, queries.dtype,
+                                         None if sees_others is None else sees_others[:, piece])[0]
+            piece_grads = kernel_backward(grad_out[:, piece], grad_logsumexp[:, piece], queries[:, piece],
+                                          key_windows(padded_keys, start, stop, ctx.width),
+                                          key_windows(padded_values, start, stop, ctx.width), out[:, piece],
+                                          logsumexp[:, piece], additive_mask)
+            grad_queries[:, piece] = piece_grads[0]
+            for grad, piece_grad in zip((grad_keys, grad_values), piece_grads[1:]):
+                grad[:, piece].copy_(piece_grad[:, :, :chunk])
+                for offset in range(1, ctx.width):
+                    grad[:, start + offset:stop + offset] += piece_grad[:, :, offset * chunk:(offset + 1) * chunk]
+        unflat = lambda x: x.view(batch, heads, *x.shape[1:])  # noqa: E731
+        return unflat(grad_queries), unflat(grad_keys), unflat(grad_values), None, None, None, None, None
+
+
+def kernel_backward(grad_out, grad_logsumexp, queries, keys, values, out, logsumexp, additive_mask):
+    """``(d queries, d keys, d values)`` of one kernel call given the gradients of its output and log-sum-exp."""
+    # d logsumexp / d scores is the softmax P; the kernel's backward forms P * (grad_out . v - D) with
+    # D = rowsum(grad_out * out). An out moved along grad_out by grad_logsumexp / |grad_out|^2 turns D into
+    # D - grad_logsumexp: the log-sum-exp's gradient joins the scores' without P being built.
+    squared_norm = torch.linalg.vector_norm(grad_out, dim=-1, keepdim=True, dtype=logsumexp.dtype).square()
+    # (a compiled graph takes the exact path always: it cannot branch on the data)
+    if torch.compiler.is_compiling() or bool(((squared_norm == 0) & (grad_logsumexp.unsqueeze(-1) != 0)).any()):
+        return kernel_backward_with_a_free_column(grad_out, grad_logsumexp, queries, keys, values, out, logsumexp,
+                                                  additive_mask)
+    shift = torch.where(squared_norm > 0, grad_logsumexp.unsqueeze(-1) / squared_norm.clamp_min(1e-30), 0.0)
+    moved_out = torch.addcmul(out, shift.to(out.dtype), grad_out, value=-1)
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        grad_out, queries, keys, values, moved_out, logsumexp, 0.0, False, attn_mask=additive_mask,
+        scale=1.0)
 
 
 def kernel_backward_with_a_free_column(grad_out, grad_logsumexp, queries, keys, values, out, logsumexp,
@@ -191,37 +321,33 @@ def kernel_backward_with_a_free_column(grad_out, grad_logsumexp, queries, keys, 
     return [grad[..., :-1] for grad in grads]
 
 
-def attend_fused(queries, keys, values, query_positions, key_positions, key_mask, causal, mask_self=True):
-    """:func:`attend` through :class:`FusedAttention`: the same masks as one additive mask, the same
-    ``(out, logsumexp)``, no probabilities (None). A query with every key masked (padding only, in local
-    attention) averages by its scores, not uniformly: its output is not used."""
-    allowed = allowed_keys(query_positions, key_positions, key_mask, causal)
-    scores_shape = (*queries.shape[:-1], keys.shape[-2])
-    additive_mask = None
-    if allowed is not None:
-        additive_mask = torch.where(allowed, 0.0, mask_value(queries.dtype)).to(queries.dtype)
-    if mask_self:
-        itself = query_positions.unsqueeze(-1) == key_positions.unsqueeze(-2)
-        sees_others = (~itself if allowed is None else allowed > itself).any(-1, keepdim=True)  # (bool >: and not)
-        # a token that sees only itself (or its copy from another round in the look-back chunk) keeps its
-        # scores: at -1e5 float32 would round its log-sum-exp, and the backward's softmax with it
-        self_value = torch.where(sees_others, self_mask_value(queries.dtype), 0.0).to(queries.dtype)
-        additive_mask = torch.where(itself, self_value, 0.0 if additive_mask is None else additive_mask)
-    if additive_mask is not None:
-        additive_mask = additive_mask.to(queries.dtype).expand(scores_shape).reshape(-1, 1, *scores_shape[-2:])
-    as_batch = lambda x: x.expand(*queries.shape[:-2], *x.shape[-2:]).reshape(-1, 1, *x.shape[-2:])  # noqa: E731
-    out, logsumexp = FusedAttention.apply(as_batch(queries), as_batch(keys), as_batch(values), additive_mask)
-    out = out.view(*queries.shape[:-1], values.shape[-1])
-    logsumexp = logsumexp.view(queries.shape[:-1])
-    if not mask_self:
+def attend_in_windows(queries, padded_keys, padded_values, query_positions, key_positions, key_mask, causal,
+                      mask_self=True):
+    """:func:`attend` of each chunk of ``queries`` ``[batch, heads, chunks, q, d]`` against its window of keys
+    through :class:`FusedWindowAttention` (the keys and values padded by :func:`pad_chunks_circularly`; positions
+    and key_mask as :func:`attend`'s with the windows' keys): the same ``(out, logsumexp)``, no probabilities
+    (None). A query with every key masked (padding only, in local attention) averages by its scores, not
+    uniformly: its output is not used."""
+    out, logsumexp, sees_others, copies = FusedWindowAttention.apply(
+        queries, padded_keys, padded_values, query_positions, key_positions, key_mask, causal, mask_self)
+    if copies is None:  # every query sees others
         return out, logsumexp, None
     # ... and then the plain path's numbers for it (transformers' too): the log-sum-exp of k copies at -1e5,
     # fl(-1e5 + log k), a constant, and k * exp(-1e5 - fl(-1e5 + log k)) as its weight (0.2% short for two)
-    copies = itself.sum(-1, keepdim=True).to(logsumexp.dtype)
+    copies = copies.to(logsumexp.dtype)
     only_itself = self_mask_value(torch.float32) + copies.log()
     weight = torch.where(sees_others, 1.0, copies * torch.exp(self_mask_value(torch.float32) - only_itself))
     logsumexp = torch.where(sees_others, logsumexp.unsqueeze(-1), only_itself).squeeze(-1)
     return out * weight.to(out.dtype), logsumexp, None
+
+
+def attend_fused(queries, keys, values, query_positions, key_positions, key_mask, causal, mask_self=True):
+    """:func:`attend` through the fused kernel, all queries against all keys (one window)."""
+    one_chunk = lambda x: None if x is None else x.unsqueeze(-3)  # noqa: E731
+    out, logsumexp, probs = attend_in_windows(
+        one_chunk(queries), one_chunk(keys), one_chunk(values), query_positions.unsqueeze(-2),
+        key_positions.unsqueeze(-2), None if key_mask is None else key_mask.unsqueeze(-2), causal, mask_self)
+    return out.squeeze(-3), logsumexp.squeeze(-2), probs
 
 
 def attend(queries, keys, values, query_positions, key_positions, key_mask, causal, dropout, training,
@@ -413,21 +539,35 @@ class LSHSelfAttention(nn.Module):
         flat_buckets = buckets.reshape(batch, heads, num_hashes * seq)
         order = flat_buckets.argsort(dim=-1, stable=True)  # by (round, bucket, position)
         positions = order % seq
-        gather = positions.unsqueeze(-1).expand(-1, -1, -1, d)
-        sorted_queries = into_chunks(query_keys.gather(2, gather), self.chunk_length)
-        sorted_keys = normalized_keys(sorted_queries)  # normalising commutes with sorting: one gather fewer
-        sorted_values = into_chunks(values.gather(2, gather), self.chunk_length)
         query_positions = into_chunks(positions, self.chunk_length)
         key_positions = look_adjacent(query_positions, self.chunks_before, self.chunks_after)
         sorted_key_mask = None
         if key_mask is not None:
             sorted_key_mask = key_mask.expand(batch, heads, seq).gather(2, key_positions.flatten(2)).view(
                 key_positions.shape)
-        out, logsumexp, probs = attend(sorted_queries, look_adjacent(sorted_keys, self.chunks_before,
-                                                                     self.chunks_after),
-                                look_adjacent(sorted_values, self.chunks_before, self.chunks_after),
-                                query_positions, key_positions, sorted_key_mask, self.causal, self.dropout,
-                                self.training, fused=fused)
+        num_chunks = query_positions.shape[2]
+        if (fused and fused_kernel_applies(query_keys, self.dropout, self.training)
+                and windows_fit(num_chunks, self.chunks_before, self.chunks_after)):
+            # sorted straight into the padded order: the keys' windows are views of it, and the gather's backward
+            # sums the padding's gradients into the tokens'
+            padded_positions = pad_chunks_circularly(query_positions, self.chunks_before, self.chunks_after)
+            gather = padded_positions.flatten(2).unsqueeze(-1).expand(-1, -1, -1, d)
+            padded_queries = into_chunks(query_keys.gather(2, gather), self.chunk_length)
+            sorted_queries = padded_queries[:, :, self.chunks_before:self.chunks_before + num_chunks]
+            out, logsumexp, probs = attend_in_windows(
+                sorted_queries, normalized_keys(padded_queries), into_chunks(values.gather(2, gather),
+                                                                             self.chunk_length),
+                query_positions, key_positions, sorted_key_mask, self.causal)
+        else:
+            gather = positions.unsqueeze(-1).expand(-1, -1, -1, d)
+            sorted_queries = into_chunks(query_keys.gather(2, gather), self.chunk_length)
+            sorted_keys = normalized_keys(sorted_queries)  # normalising commutes with sorting: one gather fewer
+            sorted_values = into_chunks(values.gather(2, gather), self.chunk_length)
+            out, logsumexp, probs = attend(sorted_queries, look_adjacent(sorted_keys, self.chunks_before,
+                                                                         self.chunks_after),
+                                           look_adjacent(sorted_values, self.chunks_before, self.chunks_after),
+                                           query_positions, key_positions, sorted_key_mask, self.causal,
+                                           self.dropout, self.training)
         undo = order.argsort(dim=-1)
         out = out.flatten(2, 3).gather(2, undo.unsqueeze(-1).expand(-1, -1, -1, d))
         logsumexp = logsumexp.flatten(2).gather(2, undo)
@@ -454,7 +594,8 @@ def offset_buckets(buckets, total, attention_mask=None):
 
 def normalized_keys(query_keys, eps=1e-6):
     """transformers' key scaling for shared QK: ``x / rms(x) / sqrt(d)``, i.e. unit length (up to ``eps``)."""
-    return query_keys * torch.rsqrt(query_keys.pow(2).mean(-1, keepdim=True) + eps) / math.sqrt(query_keys.shape[-1])
+    # (the 1 / sqrt(d) in the per-row factor: one pass over the keys fewer, each way; exact for a power-of-4 d)
+    return query_keys * (torch.rsqrt(query_keys.pow(2).mean(-1, keepdim=True) + eps) / math.sqrt(query_keys.shape[-1]))
 
 
 class LocalSelfAttention(nn.Module):
@@ -495,16 +636,21 @@ class LocalSelfAttention(nn.Module):
             cache.update(keys=keys[:, :, :length], values=values[:, :, :length])
         key_mask = None if attention_mask is None else attention_mask.bool()[:, None, :]
         if seq > self.chunk_length:
-            adjacent = lambda x: look_adjacent(into_chunks(x, self.chunk_length), self.chunks_before,  # noqa: E731
-                                               self.chunks_after)
-            queries = into_chunks(queries, self.chunk_length)
-            keys, values = adjacent(keys), adjacent(values)
+            chunks = lambda x: into_chunks(x, self.chunk_length)  # noqa: E731
+            adjacent = lambda x: look_adjacent(chunks(x), self.chunks_before, self.chunks_after)  # noqa: E731
             query_positions = positions.view(-1, self.chunk_length)
             key_positions = look_adjacent(query_positions[None, None], self.chunks_before, self.chunks_after)[0, 0]
             if key_mask is not None:
                 key_mask = adjacent(key_mask)
-            out, _, probs = attend(queries, keys, values, query_positions, key_positions, key_mask, self.causal,
-                                   self.dropout, self.training, mask_self=False, fused=fused)
+            if (fused and fused_kernel_applies(queries, self.dropout, self.training)
+                    and windows_fit(query_positions.shape[0], self.chunks_before, self.chunks_after)):
+                padded = lambda x: pad_chunks_circularly(chunks(x), self.chunks_before, self.chunks_after)  # noqa: E731
+                out, _, probs = attend_in_windows(chunks(queries), padded(keys), padded(values), query_positions,
+                                                  key_positions, key_mask, self.causal, mask_self=False)
+            else:
+                out, _, probs = attend(chunks(queries), adjacent(keys), adjacent(values), query_positions,
+                                       key_positions, key_mask, self.causal, self.dropout, self.training,
+                                       mask_self=False)
             out = out.flatten(2, 3)
         else:
             out, _, probs = attend(queries, keys, values, positions, positions, key_mask, self.causal, self.dropout,
