@@ -143,6 +143,9 @@ class ReversibleFunction(torch.autograd.Function):
                 collected["attentions"].append(probs)
         ctx.layers, ctx.records, ctx.attention_mask, ctx.num_hashes = layers, records, attention_mask, num_hashes
         ctx.parameters = parameters
+        device = hidden_states.device.type  # the backward recomputes under the forward's autocast, as checkpoint does
+        ctx.autocast = dict(device_type=device, enabled=torch.is_autocast_enabled(device),
+                            dtype=torch.get_autocast_dtype(device))
         ctx.save_for_backward(x1, x2)
         return torch.cat([x1, x2], dim=-1)
 
@@ -153,9 +156,10 @@ class ReversibleFunction(torch.autograd.Function):
         parameter_grads = GradientBuffers([parameter for layer in ctx.layers for block in layer.children()
                                            if not is_fsdp_unit(block)
                                            for parameter in block.parameters() if parameter.requires_grad])
-        for layer, record in zip(reversed(ctx.layers), reversed(ctx.records)):
-            y1, y2, grad_y1, grad_y2 = layer.backward_pass(y1, y2, grad_y1, grad_y2, ctx.attention_mask,
-                                                           ctx.num_hashes, record, parameter_grads)
+        with torch.autocast(**ctx.autocast):
+            for layer, record in zip(reversed(ctx.layers), reversed(ctx.records)):
+                y1, y2, grad_y1, grad_y2 = layer.backward_pass(y1, y2, grad_y1, grad_y2, ctx.attention_mask,
+                                                               ctx.num_hashes, record, parameter_grads)
         return (torch.cat([grad_y1, grad_y2], dim=-1), None, None, None, None, None, None,
                 *(parameter_grads.of(parameter) for parameter in ctx.parameters))
 
