@@ -227,3 +227,144 @@ def test_the_trainer_shards_every_family_with_fsdp2(objective, tmp_path, english
     results = json.loads((out / "pretrain_results.json").read_text())
     assert math.isfinite(results["final_eval_loss"])
     assert head.from_pretrained(out).num_parameters() == results["num_parameters"]
+
+
+def rev_lsh_kernel_calls(monkeypatch):
+    """A list that grows by one for each call of the fused kernel's forward."""
+    from hf_plm_ext.modeling.rev_lsh import attention_rev_lsh
+
+    calls, kernel_forward = [], attention_rev_lsh.kernel_forward
+    monkeypatch.setattr(attention_rev_lsh, "kernel_forward", lambda *args: calls.append(1) or kernel_forward(*args))
+    return calls
+
+
+@pytest.mark.parametrize("kind, overrides", [("lsh", dict(num_hashes=1)), ("lsh", dict(num_hashes=2)),
+                                             ("lsh", dict(num_hashes=4)), ("local", {}),
+                                             ("local", dict(chunk_length=5))])
+@pytest.mark.parametrize("causal", [False, True])
+def test_rev_lsh_fused_kernel_on_cuda_gives_the_plain_path_s_outputs_and_gradients(kind, overrides, causal,
+                                                                                   monkeypatch):
+    """float32 through CUDA's memory-efficient kernel (with its log-sum-exp, the rounds combined by it) against
+    the plain path on the same GPU: outputs, input and weight gradients; 45 tokens, a padded row, tokens that see
+    only themselves; windows of 16 keys, and of 10 (local chunks of 5: the mask's rows padded to 16)."""
+    from test_rev_lsh import layer, masked_gradients
+
+    calls = rev_lsh_kernel_calls(monkeypatch)
+    torch.manual_seed(0)
+    attention = layer(kind, causal, **overrides).to(CUDA)
+    hidden = torch.randn(2, 45, 32, device=CUDA)
+    mask = torch.ones(2, 45, dtype=torch.long, device=CUDA)
+    mask[1, 30:] = 0
+    plain = masked_gradients(attention, hidden, mask, sdpa=False)
+    assert not calls
+    fused = masked_gradients(attention, hidden, mask, sdpa=True)
+    assert calls
+    for plain_value, fused_value in zip(plain[:2] + tuple(plain[2]), fused[:2] + tuple(fused[2])):
+        torch.testing.assert_close(fused_value, plain_value, rtol=1e-4, atol=1e-5)
+    assert plain[1].abs().sum() > 0
+
+
+@pytest.mark.parametrize("kind", ["lsh", "local"])
+def test_rev_lsh_fused_kernel_on_cuda_without_a_mask_and_for_a_short_input(kind, monkeypatch):
+    """No padding and not causal (local: no mask at all, which CUDA's kernel backward cannot take as None), and an
+    input shorter than a chunk (one window of 7 keys)."""
+    from test_rev_lsh import layer, masked_gradients
+
+    calls = rev_lsh_kernel_calls(monkeypatch)
+    torch.manual_seed(0)
+    attention = layer(kind).to(CUDA)
+    for length in (40, 7):
+        hidden = torch.randn(2, length, 32, device=CUDA)
+        mask = torch.ones(2, length, dtype=torch.long, device=CUDA)
+        plain, fused = (masked_gradients(attention, hidden, mask, sdpa) for sdpa in (False, True))
+        for plain_value, fused_value in zip(plain[:2] + tuple(plain[2]), fused[:2] + tuple(fused[2])):
+            torch.testing.assert_close(fused_value, plain_value, rtol=1e-4, atol=1e-5)
+    assert calls
+
+
+def test_rev_lsh_on_cuda_takes_the_plain_path_where_the_kernel_does_not_apply(monkeypatch):
+    """float64 and a head size that is not a multiple of 8: the plain path, eager's numbers exactly; bfloat16
+    through the kernel, close to the plain path in bfloat16 (the same buckets)."""
+    from hf_plm_ext.modeling.rev_lsh import LSHSelfAttention
+    from hf_plm_ext.modeling.rev_lsh.attention_rev_lsh import fused_kernel_applies
+
+    from test_rev_lsh import layer
+
+    def applies(head_size, dtype):
+        return fused_kernel_applies(torch.zeros(1, 2, 4, head_size, device=CUDA, dtype=dtype), 0.0, False)
+
+    assert applies(16, torch.float32) and applies(16, torch.bfloat16) and applies(16, torch.float16)
+    assert not applies(16, torch.float64) and not applies(12, torch.float32)
+    calls = rev_lsh_kernel_calls(monkeypatch)
+    torch.manual_seed(0)
+    hidden = torch.randn(2, 40, 32, device=CUDA)
+    unaligned = LSHSelfAttention(32, 2, 12, chunk_length=8, num_hashes=2, num_buckets=4, hash_seed=0, causal=True)
+    for attention, dtype in ((layer("lsh", causal=True), torch.float64), (unaligned, torch.float32)):
+        attention = attention.to(CUDA, dtype)
+        with torch.no_grad():
+            assert torch.equal(attention(hidden.to(dtype), sdpa=True)[0], attention(hidden.to(dtype), sdpa=False)[0])
+    assert not calls
+    attention = layer("lsh", causal=True).to(CUDA, torch.bfloat16)
+    with torch.no_grad():
+        plain, fused = (attention(hidden.to(torch.bfloat16), sdpa=sdpa)[0] for sdpa in (False, True))
+    assert calls and fused.dtype == torch.bfloat16
+    torch.testing.assert_close(fused.float(), plain.float(), rtol=0.02, atol=0.02)
+
+
+def test_a_converted_reformer_on_cuda_gives_transformers_logits(tmp_path):
+    """transformers' Reformer (causal, axial positions, local and LSH layers) converted and run on the GPU through
+    the fused kernel gives transformers' logits on the CPU, for one chunk, a padded length and a chunked one.
+    (transformers' own Reformer on CUDA draws its seeded rotations from the GPU's generator, so its buckets there
+    are not its CPU buckets; this package draws them on the CPU, the same buckets on every device.)"""
+    import transformers
+    from transformers import AutoModelForCausalLM, ReformerConfig
+
+    from hf_plm_ext.convert.reformer import convert_reformer
+    from test_rev_lsh import REFORMER
+
+    torch.manual_seed(0)
+    reformer = transformers.ReformerModelWithLMHead(ReformerConfig(
+        **{**REFORMER, **dict(is_decoder=True, axial_pos_shape=[8, 8], axial_pos_embds_dim=[12, 20])})).eval()
+    for parameter in reformer.parameters():
+        torch.nn.init.normal_(parameter, std=0.5)
+    reformer.save_pretrained(tmp_path / "reformer")
+    convert_reformer(tmp_path / "reformer", tmp_path / "rev")
+    converted = AutoModelForCausalLM.from_pretrained(tmp_path / "rev").eval().to(CUDA)
+    assert converted.config._attn_implementation == "sdpa"
+    for length in (3, 37, 40):
+        ids = torch.randint(0, 99, (2, length))
+        with torch.no_grad():
+            torch.testing.assert_close(converted(ids.to(CUDA)).logits.cpu(), reformer(ids).logits, rtol=1e-4,
+                                       atol=1e-4)
+
+
+def test_a_reversible_rev_lsh_model_trains_on_cuda_with_the_kernel_as_with_the_plain_path(monkeypatch):
+    """A causal reversible model (local, LSH, full layers, rotary): loss and every gradient with sdpa as with
+    eager on the GPU (the reversible backward replays the kernel), and a bfloat16 autocast step stays finite."""
+    from family_common import tiny_rev_lsh
+
+    from hf_plm_ext import RevLSHForCausalLM
+
+    calls = rev_lsh_kernel_calls(monkeypatch)
+    torch.manual_seed(0)
+    model = RevLSHForCausalLM(tiny_rev_lsh(attn_layers=["local", "lsh", "full"], is_decoder=True,
+                                           position_embedding_type="rotary", attention_head_size=16)).to(CUDA)
+    ids = torch.randint(5, 99, (2, 30), device=CUDA)
+    mask = torch.ones_like(ids)
+    mask[0, 25:] = 0
+    labels = ids.masked_fill(mask == 0, -100)  # (a padding query's output is not the same in the full layer)
+    results = {}
+    for implementation in ("eager", "sdpa"):
+        model.set_attn_implementation(implementation)
+        model.zero_grad()
+        output = model(ids, attention_mask=mask, labels=labels)
+        output.loss.backward()
+        results[implementation] = output.loss.detach(), {key: p.grad.clone() for key, p in model.named_parameters()}
+    assert calls
+    torch.testing.assert_close(results["sdpa"][0], results["eager"][0], rtol=1e-5, atol=1e-5)
+    for key, grad in results["eager"][1].items():
+        torch.testing.assert_close(results["sdpa"][1][key], grad, rtol=1e-3, atol=1e-5)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = model(ids, attention_mask=mask, labels=labels).loss
+    loss.backward()
+    assert torch.isfinite(loss) and all(torch.isfinite(p.grad).all() for p in model.parameters())

@@ -458,14 +458,15 @@ def test_a_saved_config_names_its_positions_even_at_the_class_default(tmp_path):
 
 
 def masked_gradients(attention, hidden, mask, sdpa, seed=1):
-    """``(out, d hidden, d parameters)`` of a fixed weighting of the real tokens' outputs."""
+    """``(out, d hidden, d parameters)`` of a fixed weighting of the real tokens' outputs (``mask`` None: all)."""
     hidden = hidden.clone().requires_grad_()
     attention.zero_grad()
     torch.manual_seed(seed)
     out = attention(hidden, mask, sdpa=sdpa)[0]
-    weights = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out) * mask[..., None]
+    real = (torch.ones(out.shape[:2], device=out.device) if mask is None else mask)[..., None]
+    weights = torch.linspace(-1, 1, out.numel(), dtype=out.dtype, device=out.device).view_as(out) * real
     (out * weights).sum().backward()
-    return out * mask[..., None], hidden.grad, [parameter.grad.clone() for parameter in attention.parameters()]
+    return out * real, hidden.grad, [parameter.grad.clone() for parameter in attention.parameters()]
 
 
 @pytest.mark.parametrize("kind, num_hashes", [("lsh", 1), ("lsh", 2), ("lsh", 4), ("local", 1)])
@@ -609,3 +610,39 @@ def test_the_reversible_backward_recomputes_under_the_forward_s_autocast():
     for (name, grad), plain_grad in zip(((n, p.grad) for n, p in reversible.named_parameters()),
                                         (p.grad for p in plain.parameters())):
         torch.testing.assert_close(grad, plain_grad, rtol=1e-4, atol=1e-5 * plain_grad.abs().max().item(), msg=name)
+
+
+@pytest.mark.parametrize("kind, causal, padded", [("local", False, True), ("local", True, True),
+                                                  ("local", False, False), ("lsh", True, True)])
+def test_the_mask_as_cuda_s_kernel_takes_it_gives_the_same_attention(kind, causal, padded, monkeypatch):
+    """CUDA's memory-efficient kernel takes the mask only in full (``[n, h, q, k]``, no broadcast dims), with rows
+    that start 16-aligned, and a tensor where there is none (its backward has no None). The mask cuda_kernel_mask
+    makes, handed to the CPU kernel, gives the plain path's outputs and gradients in float64: local chunks of 5
+    (windows of 10 keys, a padding mask broadcast over the queries, or none at all), LSH windows of 16 keys."""
+    from hf_plm_ext.modeling.rev_lsh import attention_rev_lsh
+
+    cpu_forward, cpu_gradients, shapes = attention_rev_lsh.kernel_forward, attention_rev_lsh.kernel_gradients, []
+
+    def as_cuda_takes_it(mask, queries, keys):
+        full = attention_rev_lsh.cuda_kernel_mask(mask, queries, keys)
+        assert full.shape == (*queries.shape[:-1], keys.shape[-2]) and full.stride(-1) == 1
+        assert all(stride % 16 == 0 for stride in full.stride()[:-1]), full.stride()
+        shapes.append(None if mask is None else tuple(mask.shape))
+        return full
+
+    monkeypatch.setattr(attention_rev_lsh, "kernel_forward",
+                        lambda q, k, v, mask: cpu_forward(q, k, v, as_cuda_takes_it(mask, q, k)))
+    monkeypatch.setattr(attention_rev_lsh, "kernel_gradients", lambda grad_out, q, k, v, out, lse, mask: cpu_gradients(
+        grad_out, q, k, v, out, lse, as_cuda_takes_it(mask, q, k)))
+    torch.manual_seed(0)
+    attention = layer(kind, causal, **(dict(chunk_length=5) if kind == "local" else {})).double()
+    hidden = torch.randn(2, 45, 32, dtype=torch.float64)
+    mask = torch.ones(2, 45, dtype=torch.long)
+    if padded:
+        mask[1, 30:] = 0
+    call = (lambda sdpa: masked_gradients(attention, hidden, mask, sdpa)) if padded else (
+        lambda sdpa: masked_gradients(attention, hidden, None, sdpa))
+    plain, fused = call(False), call(True)
+    for plain_value, fused_value in zip(plain[:2] + tuple(plain[2]), fused[:2] + tuple(fused[2])):
+        torch.testing.assert_close(fused_value, plain_value, rtol=1e-12, atol=1e-12)
+    assert shapes and (padded or causal or shapes[0] is None)

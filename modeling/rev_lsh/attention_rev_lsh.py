@@ -17,6 +17,7 @@ Causal layers also decode one token at a time from a cache (a dict per layer tha
 sequence, for LSH too, given the cached rotations.
 """
 
+import functools
 import math
 
 import torch
@@ -142,9 +143,53 @@ def allowed_keys(query_positions, key_positions, key_mask, causal):
 
 
 def fused_kernel_applies(queries, dropout, training) -> bool:
-    """torch's fused attention kernel that also returns the log-sum-exp runs here on the CPU, without attention
-    dropout (it has none); elsewhere (CUDA included, not yet checked there) the plain path runs."""
-    return queries.device.type == "cpu" and not (training and dropout > 0)
+    """Whether a fused attention kernel that also returns the log-sum-exp runs: on the CPU torch's flash-attention
+    kernel (any floating dtype), on CUDA its memory-efficient one (float32, float16, bfloat16, a head size that is
+    a multiple of 8: its alignment); neither with attention dropout in training (they would draw their own masks).
+    Elsewhere (float64 on CUDA, other devices) the plain path runs: the same numbers, the scores materialised."""
+    if training and dropout > 0:
+        return False
+    if queries.device.type == "cpu":
+        return True
+    return (queries.device.type == "cuda" and queries.dtype in (torch.float32, torch.float16, torch.bfloat16)
+            and queries.shape[-1] % 8 == 0)
+
+
+def kernel_forward(queries, keys, values, additive_mask):
+    """``(out [n, h, q, d], logsumexp as the kernel's backward reads it [n, h, q or more])`` of one fused call (no
+    scale: the keys come scaled); CUDA's log-sum-exp is padded to a multiple of 32 queries."""
+    if queries.device.type == "cpu":
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(queries, keys, values, 0.0, False,
+                                                                          attn_mask=additive_mask, scale=1.0)
+    out, logsumexp, _, _ = torch.ops.aten._scaled_dot_product_efficient_attention(
+        queries, keys, values, cuda_kernel_mask(additive_mask, queries, keys), True, 0.0, False, scale=1.0)
+    return out, logsumexp
+
+
+def kernel_gradients(grad_out, queries, keys, values, out, logsumexp, additive_mask):
+    """``(d queries, d keys, d values)`` of one fused call, the kernel's own backward (with D = rowsum(grad_out *
+    out) from the ``out`` given)."""
+    if queries.device.type == "cpu":
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            grad_out, queries, keys, values, out, logsumexp, 0.0, False, attn_mask=additive_mask, scale=1.0)
+    unused_seed = torch.zeros((), dtype=torch.long, device=queries.device)  # (read only with dropout)
+    # the kernel reads out in the layout its forward writes it, [n, q, h, d] in memory
+    out = out.transpose(1, 2).contiguous().transpose(1, 2)
+    return torch.ops.aten._scaled_dot_product_efficient_attention_backward(
+        grad_out, queries, keys, values, cuda_kernel_mask(additive_mask, queries, keys), out, logsumexp,
+        unused_seed, unused_seed, 0.0, [True, True, True, False], False, scale=1.0)[:3]
+
+
+def cuda_kernel_mask(additive_mask, queries, keys):
+    """The mask as CUDA's memory-efficient kernel takes it: ``[n, h, q, k]`` in full (broadcast dims as stride-0
+    views), rows that start 16-aligned (SDPA pads its masks the same way: a view of a wider buffer where ``k`` is
+    not a multiple of 16), and zeros for none, which its backward cannot take."""
+    length = keys.shape[-2]
+    if additive_mask is None:
+        additive_mask = queries.new_zeros(1, 1, 1, length)
+    if length % 16:
+        additive_mask = nn.functional.pad(additive_mask, (0, -length % 16))[..., :length]
+    return additive_mask.expand(*queries.shape[:-1], length)
 
 
 # The kernel runs over the chunks a piece at a time, each piece's largest block (its keys' gradient) at most this
@@ -206,18 +251,22 @@ def window_masks(query_positions, key_positions, key_mask, causal, mask_self, st
     return flat(additive_mask), None, None
 
 
-def chunk_pieces(num_chunks, bytes_per_chunk):
-    """``(start, stop)`` of the pieces the kernel runs over (see :data:`PIECE_BYTES`)."""
+def chunk_pieces(num_chunks, bytes_per_chunk, device):
+    """``(start, stop)`` of the pieces the kernel runs over (see :data:`PIECE_BYTES`; on a GPU, whose caching
+    allocator reuses blocks of any size, one piece)."""
+    if device.type != "cpu":
+        return [(0, num_chunks)]
     step = max(1, PIECE_BYTES // max(1, bytes_per_chunk))
     return [(start, min(start + step, num_chunks)) for start in range(0, num_chunks, step)]
 
 
 class FusedWindowAttention(torch.autograd.Function):
-    """Each chunk of queries against its window of keys, ``(softmax(q k^T + mask) v, logsumexp)``, in calls of
-    torch's CPU flash-attention kernel batched over batch x heads x chunks (no scale: the keys come scaled): the
-    scores are never materialised, nor the windows (views of the padded keys and values) or a mask for all
-    chunks at once (one per piece, :data:`PIECE_BYTES`; rebuilt in backward). The backward is the kernel's, with
-    the log-sum-exp's gradient folded in; it sums the windows' overlapping gradients into the padded keys'."""
+    """Each chunk of queries against its window of keys, ``(softmax(q k^T + mask) v, logsumexp)``, in calls of a
+    fused kernel (:func:`kernel_forward`: torch's CPU flash-attention kernel, CUDA's memory-efficient one) batched
+    over batch x heads x chunks (no scale: the keys come scaled): the scores are never materialised, nor the
+    windows (views of the padded keys and values); on the CPU nor a mask for all chunks at once (one per piece,
+    :data:`PIECE_BYTES`; rebuilt in backward). The backward is the kernel's, with the log-sum-exp's gradient
+    folded in; it sums the windows' overlapping gradients into the padded keys'."""
 
     @staticmethod
     def forward(ctx, queries, padded_keys, padded_values, query_positions, key_positions, key_mask, causal,
@@ -234,17 +283,18 @@ class FusedWindowAttention(torch.autograd.Function):
         width = padded_keys.shape[1] - num_chunks + 1
         ctx.shape, ctx.width, ctx.causal, ctx.mask_self = (batch, heads), width, causal, mask_self
         ctx.pieces = chunk_pieces(num_chunks, batch * heads * padded_keys[0, :width].numel()
-                                  * padded_keys.element_size())
+                                  * padded_keys.element_size(), queries.device)
         outs, logsumexps, pieces_sees_others, pieces_copies = [], [], [], []
         for start, stop in ctx.pieces:
             additive_mask, piece_sees_others, piece_copies = window_masks(
                 query_positions, key_positions, key_mask, causal, mask_self, start, stop, ctx.shape, queries.dtype)
-            out, logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-                queries[:, start:stop], key_windows(padded_keys, start, stop, width),
-                key_windows(padded_values, start, stop, width), 0.0, False, attn_mask=additive_mask, scale=1.0)
+            out, logsumexp = kernel_forward(queries[:, start:stop], key_windows(padded_keys, start, stop, width),
+                                            key_windows(padded_values, start, stop, width), additive_mask)
             outs.append(out), logsumexps.append(logsumexp)
             pieces_sees_others.append(piece_sees_others), pieces_copies.append(piece_copies)
-        out, logsumexp = torch.cat(outs, dim=1), torch.cat(logsumexps, dim=1)
+        join = lambda pieces: pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)  # noqa: E731
+        out, kernel_logsumexp = join(outs), join(logsumexps)
+        logsumexp = kernel_logsumexp[..., :q_length]
         sees_others = copies = None
         if mask_self:
             sees_others = torch.cat(pieces_sees_others, dim=1)
@@ -253,8 +303,8 @@ class FusedWindowAttention(torch.autograd.Function):
                                     else piece_copies
                                     for piece_sees_others, piece_copies in zip(pieces_sees_others, pieces_copies)],
                                    dim=1)
-        ctx.save_for_backward(queries, padded_keys, padded_values, out, logsumexp, query_positions, key_positions,
-                              key_mask, sees_others)
+        ctx.save_for_backward(queries, padded_keys, padded_values, out, kernel_logsumexp, query_positions,
+                              key_positions, key_mask, sees_others)
         unflat = lambda x: None if x is None else x.view(batch, heads, *x.shape[1:])  # noqa: E731
         outputs = unflat(out), unflat(logsumexp), unflat(sees_others), unflat(copies)
         ctx.mark_non_differentiable(*(output for output in outputs[2:] if output is not None))
@@ -265,7 +315,7 @@ class FusedWindowAttention(torch.autograd.Function):
         queries, padded_keys, padded_values, out, logsumexp, query_positions, key_positions, key_mask, sees_others \
             = ctx.saved_tensors
         batch, heads = ctx.shape
-        grad_out, grad_logsumexp = grad_out.reshape(out.shape), grad_logsumexp.reshape(logsumexp.shape)
+        grad_out, grad_logsumexp = grad_out.reshape(out.shape), grad_logsumexp.reshape(out.shape[:-1])
         grad_queries = torch.empty_like(queries)
         grad_keys, grad_values = torch.empty_like(padded_keys), torch.empty_like(padded_values)
         num_chunks, chunk = queries.shape[1], padded_keys.shape[2]
@@ -303,22 +353,35 @@ def kernel_backward(grad_out, grad_logsumexp, queries, keys, values, out, logsum
                                                   additive_mask)
     shift = torch.where(squared_norm > 0, grad_logsumexp.unsqueeze(-1) / squared_norm.clamp_min(1e-30), 0.0)
     moved_out = torch.addcmul(out, shift.to(out.dtype), grad_out, value=-1)
-    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-        grad_out, queries, keys, values, moved_out, logsumexp, 0.0, False, attn_mask=additive_mask,
-        scale=1.0)
+    return kernel_gradients(grad_out, queries, keys, values, moved_out, logsumexp, additive_mask)
+
+
+FREE_COLUMNS = 8  # (8, not 1: CUDA's kernel wants the head size 8-aligned)
 
 
 def kernel_backward_with_a_free_column(grad_out, grad_logsumexp, queries, keys, values, out, logsumexp,
                                        additive_mask):
     """The same gradients where a row's ``grad_out`` is 0 and its log-sum-exp's gradient is not (which moving
-    ``out`` cannot express): one more head dimension, 0 in queries, keys and values, 1 in ``grad_out`` and
-    ``-grad_logsumexp`` in ``out``, gives D - grad_logsumexp exactly (a third slower: not the usual path)."""
-    free = lambda x, value: torch.cat([x, x.new_full((*x.shape[:-1], 1), value)], dim=-1)  # noqa: E731
-    grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-        free(grad_out, 1.0), free(queries, 0.0), free(keys, 0.0), free(values, 0.0),
-        torch.cat([out, -grad_logsumexp.unsqueeze(-1).to(out.dtype)], dim=-1), logsumexp, 0.0, False,
-        attn_mask=additive_mask, scale=1.0)
-    return [grad[..., :-1] for grad in grads]
+    ``out`` cannot express): more head dimensions, 0 in queries, keys and values, the first 1 in ``grad_out`` and
+    ``-grad_logsumexp`` in ``out`` (the rest 0), give D - grad_logsumexp exactly (slower: not the usual path)."""
+    def free(x, first):
+        columns = x.new_zeros((*x.shape[:-1], FREE_COLUMNS))
+        columns[..., 0] = first
+        return torch.cat([x, columns], dim=-1)
+
+    grads = kernel_gradients(free(grad_out, 1.0), free(queries, 0.0), free(keys, 0.0), free(values, 0.0),
+                             free(out, -grad_logsumexp.to(out.dtype)), logsumexp, additive_mask)
+    return [grad[..., :-FREE_COLUMNS] for grad in grads]
+
+
+def kernel_dtype(*tensors):
+    """The one dtype the kernel runs in: autocast's where it is on (whose float32 ops, the keys' normalisation
+    among them, leave the keys wider than the queries), else the widest of the inputs'. (CUDA's kernel reads every
+    input as the queries' dtype: given mixed ones it returns garbage, not an error.)"""
+    device = tensors[0].device.type
+    if torch.is_autocast_enabled(device):
+        return torch.get_autocast_dtype(device)
+    return functools.reduce(torch.promote_types, (tensor.dtype for tensor in tensors))
 
 
 def attend_in_windows(queries, padded_keys, padded_values, query_positions, key_positions, key_mask, causal,
@@ -328,8 +391,10 @@ def attend_in_windows(queries, padded_keys, padded_values, query_positions, key_
     and key_mask as :func:`attend`'s with the windows' keys): the same ``(out, logsumexp)``, no probabilities
     (None). A query with every key masked (padding only, in local attention) averages by its scores, not
     uniformly: its output is not used."""
+    dtype = kernel_dtype(queries, padded_keys, padded_values)
     out, logsumexp, sees_others, copies = FusedWindowAttention.apply(
-        queries, padded_keys, padded_values, query_positions, key_positions, key_mask, causal, mask_self)
+        queries.to(dtype), padded_keys.to(dtype), padded_values.to(dtype), query_positions, key_positions, key_mask,
+        causal, mask_self)
     if copies is None:  # every query sees others
         return out, logsumexp, None
     # ... and then the plain path's numbers for it (transformers' too): the log-sum-exp of k copies at -1e5,
