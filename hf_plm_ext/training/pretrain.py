@@ -103,6 +103,7 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:
     with training_args.main_process_first(desc="pre-training data"):
         data = objective.build_data(tokenizer, training_args)
     training_args.output_dir = str(checkpoints)
+    num_parameters = model.num_parameters()  # before the Trainer wraps it: FSDP2 counted a tied weight twice
     trainer = build_trainer(objective, model, tokenizer, data, collator, training_args)
     with staged_output(args.output) as staging:
         train_result = trainer.train(resume_from_checkpoint=resume)
@@ -112,7 +113,7 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:
             "objective": objective.name,
             "arguments": asdict(args),
             "model_type": model.config.model_type,
-            "num_parameters": model.num_parameters(),
+            "num_parameters": num_parameters,
             "world_size": training_args.world_size,
             "train_examples": len(data["train"]),
             "validation_examples": len(data["test"]),
