@@ -42,7 +42,6 @@ def build(name, n, device="cpu"):
 
 
 def build_layer(name, n):
-
     if name in ("ours_lsh", "ours_lsh_eager"):
         from hf_plm_ext.modeling.rev_lsh import LSHSelfAttention
 

@@ -247,7 +247,7 @@ def test_rev_lsh_fused_kernel_on_cuda_gives_the_plain_path_s_outputs_and_gradien
     """float32 through CUDA's memory-efficient kernel (with its log-sum-exp, the rounds combined by it) against
     the plain path on the same GPU: outputs, input and weight gradients; 45 tokens, a padded row, tokens that see
     only themselves; windows of 16 keys, and of 10 (local chunks of 5: the mask's rows padded to 16)."""
-    from test_rev_lsh import layer, masked_gradients
+    from test_rev_lsh import assert_same_attention, layer, masked_gradients
 
     calls = rev_lsh_kernel_calls(monkeypatch)
     torch.manual_seed(0)
@@ -259,8 +259,7 @@ def test_rev_lsh_fused_kernel_on_cuda_gives_the_plain_path_s_outputs_and_gradien
     assert not calls
     fused = masked_gradients(attention, hidden, mask, sdpa=True)
     assert calls
-    for plain_value, fused_value in zip(plain[:2] + tuple(plain[2]), fused[:2] + tuple(fused[2])):
-        torch.testing.assert_close(fused_value, plain_value, rtol=1e-4, atol=1e-5)
+    assert_same_attention(fused, plain, rtol=1e-4, atol=1e-5)
     assert plain[1].abs().sum() > 0
 
 
@@ -268,7 +267,7 @@ def test_rev_lsh_fused_kernel_on_cuda_gives_the_plain_path_s_outputs_and_gradien
 def test_rev_lsh_fused_kernel_on_cuda_without_a_mask_and_for_a_short_input(kind, monkeypatch):
     """No padding and not causal (local: no mask at all, which CUDA's kernel backward cannot take as None), and an
     input shorter than a chunk (one window of 7 keys)."""
-    from test_rev_lsh import layer, masked_gradients
+    from test_rev_lsh import assert_same_attention, layer, masked_gradients
 
     calls = rev_lsh_kernel_calls(monkeypatch)
     torch.manual_seed(0)
@@ -277,8 +276,7 @@ def test_rev_lsh_fused_kernel_on_cuda_without_a_mask_and_for_a_short_input(kind,
         hidden = torch.randn(2, length, 32, device=CUDA)
         mask = torch.ones(2, length, dtype=torch.long, device=CUDA)
         plain, fused = (masked_gradients(attention, hidden, mask, sdpa) for sdpa in (False, True))
-        for plain_value, fused_value in zip(plain[:2] + tuple(plain[2]), fused[:2] + tuple(fused[2])):
-            torch.testing.assert_close(fused_value, plain_value, rtol=1e-4, atol=1e-5)
+        assert_same_attention(fused, plain, rtol=1e-4, atol=1e-5)
     assert calls
 
 

@@ -469,6 +469,12 @@ def masked_gradients(attention, hidden, mask, sdpa, seed=1):
     return out * real, hidden.grad, [parameter.grad.clone() for parameter in attention.parameters()]
 
 
+def assert_same_attention(fused, plain, rtol=1e-12, atol=1e-12):
+    """Two :func:`masked_gradients` results agree: outputs, input gradients, every parameter's gradient."""
+    for fused_value, plain_value in zip(fused[:2] + tuple(fused[2]), plain[:2] + tuple(plain[2])):
+        torch.testing.assert_close(fused_value, plain_value, rtol=rtol, atol=atol)
+
+
 @pytest.mark.parametrize("kind, num_hashes", [("lsh", 1), ("lsh", 2), ("lsh", 4), ("local", 1)])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("piece_bytes", [2**30, 1])
@@ -486,8 +492,7 @@ def test_the_fused_kernel_gives_the_plain_path_s_outputs_and_gradients(kind, num
     mask = torch.ones(2, 45, dtype=torch.long)
     mask[1, 30:] = 0
     plain, fused = (masked_gradients(attention, hidden, mask, sdpa) for sdpa in (False, True))
-    for plain_value, fused_value in zip(plain[:2] + tuple(plain[2]), fused[:2] + tuple(fused[2])):
-        torch.testing.assert_close(fused_value, plain_value, rtol=1e-12, atol=1e-12)
+    assert_same_attention(fused, plain)
     assert plain[1].abs().sum() > 0
 
 
@@ -640,9 +645,6 @@ def test_the_mask_as_cuda_s_kernel_takes_it_gives_the_same_attention(kind, causa
     mask = torch.ones(2, 45, dtype=torch.long)
     if padded:
         mask[1, 30:] = 0
-    call = (lambda sdpa: masked_gradients(attention, hidden, mask, sdpa)) if padded else (
-        lambda sdpa: masked_gradients(attention, hidden, None, sdpa))
-    plain, fused = call(False), call(True)
-    for plain_value, fused_value in zip(plain[:2] + tuple(plain[2]), fused[:2] + tuple(fused[2])):
-        torch.testing.assert_close(fused_value, plain_value, rtol=1e-12, atol=1e-12)
+    plain, fused = (masked_gradients(attention, hidden, mask if padded else None, sdpa) for sdpa in (False, True))
+    assert_same_attention(fused, plain)
     assert shapes and (padded or causal or shapes[0] is None)
