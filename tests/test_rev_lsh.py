@@ -73,6 +73,25 @@ def test_the_reversible_forward_keeps_no_activations_of_the_layers():
     assert saved_bytes(8) == saved_bytes(2) < saved_bytes(2, reversible=False) < saved_bytes(8, reversible=False)
 
 
+
+@pytest.mark.parametrize("output_hidden_states", [False, True])
+def test_inference_keeps_the_layers_hidden_states_only_when_asked(output_hidden_states):
+    """Without gradients the stack runs layer by layer; at its last layer the joined hidden states of the earlier
+    layers are alive only if ``output_hidden_states`` asked for them (kept all, inference memory grew with depth)."""
+    import gc
+
+    depth, seq = 6, 48
+    model = RevLSHModel(tiny_rev_lsh(attn_layers=["local", "lsh"] * (depth // 2))).eval()
+    width = 2 * model.config.hidden_size
+    alive = []
+
+    def count_joined_hidden_states(*_):
+        alive.append(sum(1 for o in gc.get_objects() if type(o) is torch.Tensor and tuple(o.shape) == (1, seq, width)))
+
+    model.layers[-1].register_forward_hook(count_joined_hidden_states)
+    with torch.no_grad():
+        model(torch.randint(5, 99, (1, seq)), output_hidden_states=output_hidden_states)
+    assert alive[0] >= depth if output_hidden_states else alive[0] <= 1
 def test_lsh_attention_approaches_full_attention_as_hash_rounds_grow():
     torch.manual_seed(0)
     hidden = torch.randn(2, 128, 32)

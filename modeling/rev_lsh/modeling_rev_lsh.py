@@ -454,9 +454,10 @@ class RevLSHModel(RevLSHPreTrainedModel):
             for index, layer in enumerate(self.layers):
                 x1, x2, probs = layer(x1, x2, attention_mask, num_hashes, output_attentions,
                                       cache=None if cache is None else cache.layers[index])
-                collected["hidden_states"].append(torch.cat([x1, x2], dim=-1))
+                if output_hidden_states:  # (all of them kept, inference memory grew with depth)
+                    collected["hidden_states"].append(torch.cat([x1, x2], dim=-1))
                 collected["attentions"].append(probs)
-            last = collected["hidden_states"][-1]
+            last = collected["hidden_states"][-1] if output_hidden_states else torch.cat([x1, x2], dim=-1)
         hidden_states = collected["hidden_states"] if output_hidden_states else [last]
         if output_hidden_states and hidden_states[-1] is not last:
             hidden_states[-1] = last  # the one autograd sees

@@ -12,21 +12,35 @@ from torch import nn
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 
-class RNGState:
-    """The RNG state at a point of the forward, to draw the same dropout masks again in backward."""
+class RNGStates:
+    """Torch's RNG states at points of the forward, to draw the same dropout masks again in backward. They are kept
+    in one block allocated before the forward: saved one by one (5 KB each on the CPU) between the layers'
+    temporaries, the long-lived states pinned glibc's heap, and resident memory grew by about 2 MiB per layer though
+    the live tensors did not."""
 
-    def __init__(self, device):
-        self.cpu = torch.get_rng_state()
-        self.cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+    def __init__(self, count, device):
         self.device = device
+        self.cpu = torch.empty(count, torch.get_rng_state().numel(), dtype=torch.uint8)
+        self.cuda = (torch.empty(count, torch.cuda.get_rng_state(device).numel(), dtype=torch.uint8)
+                     if device.type == "cuda" else None)
+        self.saved = 0
+
+    def save(self) -> int:
+        """Keep the RNG state of this point; returns its slot for :meth:`restored`."""
+        slot, self.saved = self.saved, self.saved + 1
+        self.cpu[slot].copy_(torch.get_rng_state())
+        if self.cuda is not None:
+            self.cuda[slot].copy_(torch.cuda.get_rng_state(self.device))
+        return slot
 
     @contextmanager
-    def restored(self):
-        """A context in which torch's RNG continues from this state (and is as before afterwards)."""
+    def restored(self, slot):
+        """A context in which torch's RNG continues from the state saved in ``slot`` (and is as before afterwards)."""
         with torch.random.fork_rng(devices=[self.device] if self.cuda is not None else []):
-            torch.set_rng_state(self.cpu)
+            # (copies: torch 2.13's set_rng_state crashes on a row of a block, a view at an offset)
+            torch.set_rng_state(self.cpu[slot].clone())
             if self.cuda is not None:
-                torch.cuda.set_rng_state(self.cuda, self.device)
+                torch.cuda.set_rng_state(self.cuda[slot].clone(), self.device)
             yield
 
 
@@ -45,37 +59,38 @@ class ReversibleLayer(GradientCheckpointingLayer):
         that receives what :meth:`backward_pass` needs to recompute the step (the buckets and RNG states).
         ``cache``, ``padded_length``: see :meth:`LSHSelfAttention.forward`."""
         if record is not None:
-            record["attention_rng"] = RNGState(x2.device)
+            record["attention_rng"] = record["rng_states"].save()
         attention, buckets, probs = self.attention(x2, attention_mask, num_hashes=num_hashes,
                                                    output_attentions=output_attentions, cache=cache,
                                                    padded_length=padded_length)
         y1 = x1 + attention
         if record is not None:
-            record["buckets"], record["feed_forward_rng"] = buckets, RNGState(y1.device)
+            record["buckets"], record["feed_forward_rng"] = buckets, record["rng_states"].save()
         return y1, x2 + self.feed_forward(y1), probs
 
     def backward_pass(self, y1, y2, grad_y1, grad_y2, attention_mask, num_hashes, record, parameter_grads):
         """From this layer's outputs and their gradients, ``(x1, x2, grad_x1, grad_x2)`` (RevNet's backward, Gomez
-        et al., 2017); the gradients of the layer's parameters are added to ``parameter_grads``
-        (:class:`GradientBuffers`), not to ``.grad``, so that autograd hands them on once, as for any input (DDP
-        counts on it)."""
+        et al., 2017), computed in place: the four tensors are the backward's own buffers and become the input's
+        (a new tensor each per layer, live into the next layer's temporaries, fragmented glibc's heap). The gradients
+        of the layer's parameters are added to ``parameter_grads`` (:class:`GradientBuffers`), not to ``.grad``, so
+        that autograd hands them on once, as for any input (DDP counts on it)."""
         with torch.enable_grad():
-            y1 = y1.detach().requires_grad_()
-            with record["feed_forward_rng"].restored():
-                feed_forward = self.feed_forward(y1)
-            (grad_through_y1,) = _grads(feed_forward, y1, grad_y2, self.feed_forward, parameter_grads)
+            y1_leaf = y1.detach().requires_grad_()
+            with record["rng_states"].restored(record["feed_forward_rng"]):
+                feed_forward = self.feed_forward(y1_leaf)
+            (grad_through_y1,) = _grads(feed_forward, y1_leaf, grad_y2, self.feed_forward, parameter_grads)
         with torch.no_grad():
-            x2 = y2 - feed_forward
-            grad_y1 = grad_y1 + grad_through_y1
+            x2 = y2.sub_(feed_forward)
+            grad_y1.add_(grad_through_y1)
+        del feed_forward, grad_through_y1
         with torch.enable_grad():
-            x2 = x2.detach().requires_grad_()
-            with record["attention_rng"].restored():
-                attention, _, _ = self.attention(x2, attention_mask, buckets=record["buckets"], num_hashes=num_hashes)
-            (grad_through_x2,) = _grads(attention, x2, grad_y1, self.attention, parameter_grads)
+            x2_leaf = x2.detach().requires_grad_()
+            with record["rng_states"].restored(record["attention_rng"]):
+                attention, _, _ = self.attention(x2_leaf, attention_mask, buckets=record["buckets"],
+                                                 num_hashes=num_hashes)
+            (grad_through_x2,) = _grads(attention, x2_leaf, grad_y1, self.attention, parameter_grads)
         with torch.no_grad():
-            x1 = y1 - attention
-            grad_x2 = grad_y2 + grad_through_x2
-        return x1.detach(), x2.detach(), grad_y1, grad_x2
+            return y1.sub_(attention), x2, grad_y1, grad_y2.add_(grad_through_x2)
 
 
 def is_fsdp_unit(module) -> bool:
@@ -133,10 +148,15 @@ class ReversibleFunction(torch.autograd.Function):
         """``parameters``: the layers' trainable parameters, inputs of the node so that their gradients are its
         outputs in backward (one autograd pass: DDP's hooks fire once, no reentrant backward)."""
         x1, x2 = hidden_states.chunk(2, dim=-1)
-        records = []
-        for layer in layers:
-            records.append({})
+        records, rng_states, bucket_block = [], RNGStates(2 * len(layers), hidden_states.device), None
+        for index, layer in enumerate(layers):
+            records.append({"rng_states": rng_states})
             x1, x2, probs = layer(x1, x2, attention_mask, num_hashes, output_attentions, record=records[-1])
+            buckets = records[-1]["buckets"]
+            if buckets is not None:  # kept in one block, as the RNG states (each layer's own pinned the heap)
+                if bucket_block is None:
+                    bucket_block = buckets.new_empty(len(layers), *buckets.shape)
+                records[-1]["buckets"] = bucket_block[index].copy_(buckets)
             if output_hidden_states:
                 collected["hidden_states"].append(torch.cat([x1, x2], dim=-1))
             if output_attentions:
@@ -151,8 +171,9 @@ class ReversibleFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_hidden_states):
-        y1, y2 = ctx.saved_tensors
-        grad_y1, grad_y2 = grad_hidden_states.chunk(2, dim=-1)
+        # copies, overwritten layer by layer (backward_pass); the saved outputs stay as they are for a second backward
+        y1, y2, grad_y1, grad_y2 = (half.clone(memory_format=torch.contiguous_format) for half in
+                                    (*ctx.saved_tensors, *grad_hidden_states.chunk(2, dim=-1)))
         parameter_grads = GradientBuffers([parameter for layer in ctx.layers for block in layer.children()
                                            if not is_fsdp_unit(block)
                                            for parameter in block.parameters() if parameter.requires_grad])
@@ -164,4 +185,4 @@ class ReversibleFunction(torch.autograd.Function):
                 *(parameter_grads.of(parameter) for parameter in ctx.parameters))
 
 
-__all__ = ["GradientBuffers", "ReversibleFunction", "ReversibleLayer", "RNGState"]
+__all__ = ["GradientBuffers", "ReversibleFunction", "ReversibleLayer", "RNGStates"]
