@@ -366,3 +366,29 @@ def test_a_reversible_rev_lsh_model_trains_on_cuda_with_the_kernel_as_with_the_p
         loss = model(ids, attention_mask=mask, labels=labels).loss
     loss.backward()
     assert torch.isfinite(loss) and all(torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def test_a_reversible_rev_lsh_model_replays_its_dropout_on_cuda():
+    """With dropout on everywhere, the reversible backward on the GPU restores the CUDA RNG state of each layer's
+    forward: loss and gradients equal those of the same weights without the reversible function."""
+    from family_common import tiny_rev_lsh
+
+    from hf_plm_ext import RevLSHForMaskedLM
+
+    settings = dict(attn_layers=["local", "lsh", "full", "lsh"], hash_seed=None, attention_head_size=16,
+                    hidden_dropout_prob=0.1, lsh_attention_probs_dropout_prob=0.1,
+                    local_attention_probs_dropout_prob=0.1, full_attention_probs_dropout_prob=0.1)
+    torch.manual_seed(0)
+    reversible = RevLSHForMaskedLM(tiny_rev_lsh(**settings)).to(CUDA).train()
+    plain = RevLSHForMaskedLM(tiny_rev_lsh(**settings, reversible=False)).to(CUDA).train()
+    plain.load_state_dict(reversible.state_dict())
+    ids = torch.randint(5, 99, (2, 30), device=CUDA)
+    results = []
+    for model in (reversible, plain):
+        torch.manual_seed(5)  # (seeds the GPU's generator too)
+        loss = model(ids, labels=ids).loss
+        loss.backward()
+        results.append((loss.detach(), {name: p.grad for name, p in model.named_parameters()}))
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-6, atol=1e-6)
+    for name, grad in results[1][1].items():
+        torch.testing.assert_close(results[0][1][name], grad, rtol=1e-4, atol=1e-5, msg=name)
