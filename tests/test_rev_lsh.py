@@ -267,7 +267,9 @@ def test_bf16_autocast_and_fp16_masks_stay_finite():
     loss.backward()
     assert torch.isfinite(loss) and all(torch.isfinite(p.grad).all() for p in model.parameters())
     assert abs(loss.item() - full_precision.item()) < 0.02 * full_precision.item()  # bfloat16's 8 bits of mantissa
-    half = RevLSHForMaskedLM(tiny_rev_lsh()).eval()
+    # one LSH chunk (32 >= the padded 21 tokens): float16's rounding may move a token to another bucket, which
+    # changes its output by more than rounding (4 % of the logits off by up to 0.06 under torch 2.11 on another CPU; flips in 3 of 40 seeds here)
+    half = RevLSHForMaskedLM(tiny_rev_lsh(lsh_attn_chunk_length=32)).eval()
     with torch.no_grad():
         expected = half(ids, attention_mask=mask).logits
         logits = half.half()(ids, attention_mask=mask).logits
