@@ -60,3 +60,34 @@ def test_a_sharded_checkpoint_comes_back_as_a_from_pretrained_folder(fsdp_run, t
         assert set(load_file(tmp_path / variant / "model.safetensors")) == set(trained), variant
         for (name, p), (_, q) in zip(loaded.state_dict().items(), reference.state_dict().items()):
             assert torch.allclose(p, q, atol=1e-6), (variant, name)  # the weights after the SGD steps
+
+
+ACCELERATE_PREPARE = """
+import json, sys
+sys.path.insert(0, {tests!r})
+from accelerate import Accelerator, FullyShardedDataParallelPlugin
+from accelerate.utils.fsdp_utils import fsdp2_prepare_model
+from family_common import TINY_CONFIGS
+from hf_plm_ext import FAMILIES
+config = TINY_CONFIGS["transfo-xl"]()
+model = FAMILIES[type(config)]["AutoModelForCausalLM"](config)
+accelerator = Accelerator(cpu=True)
+accelerator.state.fsdp_plugin = FullyShardedDataParallelPlugin(fsdp_version=2)  # (accelerate shards on GPUs only)
+model = fsdp2_prepare_model(accelerator, model)
+print(json.dumps({{tied: model.get_parameter(tied) is model.get_parameter(source)
+                  for tied, source in model._tied_weights_keys.items()}}))
+"""
+
+
+def test_accelerate_s_fsdp2_keeps_transfo_xl_s_softmax_tied_to_its_embedding(tmp_path):
+    """The Trainer's --fsdp prepares a model with accelerate's fsdp2_prepare_model, which gives the input embeddings a
+    unit of their own unless get_output_embeddings() holds the same weight: transfo-xl's softmax returned None, its
+    tied table became two parameters, and an H200 run saved two different tables. The one-table softmax now comes
+    back with its weight (accelerate's preparation run here on the CPU, gloo, one process)."""
+    script = tmp_path / "prepare.py"
+    script.write_text(ACCELERATE_PREPARE.format(tests=str(Path(__file__).parent)))
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(script)],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    ties = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert ties == {"crit.out_layers.0.weight": True}

@@ -425,6 +425,16 @@ class ProjectedAdaptiveLogSoftmax(nn.Module):
                 self.out_projs.append(nn.Parameter(torch.zeros(config.d_model, d_cluster)))
                 self.out_layers.append(nn.Linear(d_cluster, end - start))
 
+    def __getattr__(self, name):
+        """``weight``: the one matrix over the vocabulary where there is one, as ``AdaptiveEmbedding.weight``."""
+        if name == "weight":
+            layers = super().__getattr__("out_layers")
+            if len(layers) == 1:
+                return layers[0].weight
+            raise AttributeError(f"transfo-xl's adaptive softmax has no single weight: one matrix per cluster, "
+                                 f"out_layers[i].weight ({len(layers)} of them)")
+        return super().__getattr__(name)
+
     def _cluster_logits(self, hidden, cluster: int):
         """Scores of cluster ``cluster``'s own tokens (plus the tail-cluster entries for the head)."""
         if self.div_val == 1:
@@ -724,7 +734,13 @@ class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
         return tied
 
     def get_output_embeddings(self):
-        return None  # the softmax is tied cluster by cluster (see _tied_keys), not as one matrix
+        """The softmax where it has one matrix over the vocabulary (``crit.weight``, tied to the input's one table:
+        accelerate's FSDP2 then keeps the tied pair, projections included, in one unit); None for an adaptive softmax
+        of several, tied cluster by cluster (see ``_tied_keys``)."""
+        return self.crit if len(self.crit.out_layers) == 1 else None
+
+    def set_output_embeddings(self, new_embeddings):
+        self.crit = new_embeddings
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
