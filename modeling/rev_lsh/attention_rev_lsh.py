@@ -240,7 +240,8 @@ def window_masks(query_positions, key_positions, key_mask, causal, mask_self, st
     if mask_self:
         itself = query_positions.unsqueeze(-1) == key_positions.unsqueeze(-2)
         if sees_others is None:
-            sees_others = flat((~itself if allowed is None else allowed > itself).any(-1, keepdim=True))  # (>: and not)
+            sees_others = flat(~itself.all(-1, keepdim=True) if allowed is None  # (no negated copy of itself)
+                               else (allowed > itself).any(-1, keepdim=True))  # (>: and not)
             if torch.compiler.is_compiling() or not bool(sees_others.all()):
                 copies = flat(itself.sum(-1, keepdim=True))
         # a token that sees only itself (or its copy from another round in the look-back chunk) keeps its
@@ -613,28 +614,29 @@ class LSHSelfAttention(nn.Module):
         num_chunks = query_positions.shape[2]
         if (fused and fused_kernel_applies(query_keys, self.dropout, self.training)
                 and windows_fit(num_chunks, self.chunks_before, self.chunks_after)):
-            # sorted straight into the padded order: the keys' windows are views of it, and the gather's backward
+            # sorted straight into the padded order: the keys' windows are views of it, and the rows' gather's backward
             # sums the padding's gradients into the tokens'
             padded_positions = pad_chunks_circularly(query_positions, self.chunks_before, self.chunks_after)
-            gather = padded_positions.flatten(2).unsqueeze(-1).expand(-1, -1, -1, d)
-            padded_queries = into_chunks(query_keys.gather(2, gather), self.chunk_length)
+            padded_positions = padded_positions.flatten(2)
+            padded_queries = into_chunks(gather_rows(query_keys, padded_positions), self.chunk_length)
             sorted_queries = padded_queries[:, :, self.chunks_before:self.chunks_before + num_chunks]
+            # the keys' factor from the unsorted rows, then sorted: over seq rows, not rounds x seq plus padding
+            padded_scale = key_scale(query_keys).squeeze(-1).gather(2, padded_positions)
+            padded_keys = padded_queries * into_chunks(padded_scale, self.chunk_length).unsqueeze(-1)
             out, logsumexp, probs = attend_in_windows(
-                sorted_queries, normalized_keys(padded_queries), into_chunks(values.gather(2, gather),
-                                                                             self.chunk_length),
+                sorted_queries, padded_keys, into_chunks(gather_rows(values, padded_positions), self.chunk_length),
                 query_positions, key_positions, sorted_key_mask, self.causal)
         else:
-            gather = positions.unsqueeze(-1).expand(-1, -1, -1, d)
-            sorted_queries = into_chunks(query_keys.gather(2, gather), self.chunk_length)
+            sorted_queries = into_chunks(gather_rows(query_keys, positions), self.chunk_length)
             sorted_keys = normalized_keys(sorted_queries)  # normalising commutes with sorting: one gather fewer
-            sorted_values = into_chunks(values.gather(2, gather), self.chunk_length)
+            sorted_values = into_chunks(gather_rows(values, positions), self.chunk_length)
             out, logsumexp, probs = attend(sorted_queries, look_adjacent(sorted_keys, self.chunks_before,
                                                                          self.chunks_after),
                                            look_adjacent(sorted_values, self.chunks_before, self.chunks_after),
                                            query_positions, key_positions, sorted_key_mask, self.causal,
                                            self.dropout, self.training)
         undo = order.argsort(dim=-1)
-        out = out.flatten(2, 3).gather(2, undo.unsqueeze(-1).expand(-1, -1, -1, d))
+        out = gather_rows(out.flatten(2, 3), undo)
         logsumexp = logsumexp.flatten(2).gather(2, undo)
         out = out.view(batch, heads, num_hashes, seq, d)
         if num_hashes == 1:
@@ -648,6 +650,15 @@ class LSHSelfAttention(nn.Module):
         return (out * round_weights.to(out.dtype)).sum(dim=2), probs
 
 
+def gather_rows(rows, positions):
+    """``rows[b, h, positions[b, h, i]]``, ``[batch, heads, m, d]``, from ``rows`` ``[batch, heads, n, d]`` and
+    ``positions`` ``[batch, heads, m]``: through ``index_select`` over the flattened rows, whose forward is 4x and
+    backward 2x faster on the CPU than ``gather`` with the positions expanded over ``d`` (n = 8,192, d = 64)."""
+    batch, heads, n, d = rows.shape
+    offsets = torch.arange(batch * heads, device=rows.device).view(batch, heads, 1) * n
+    return rows.reshape(-1, d).index_select(0, (positions + offsets).flatten()).view(batch, heads, -1, d)
+
+
 def offset_buckets(buckets, total, attention_mask=None):
     """Padding (``attention_mask`` 0) into a bucket of its own (after every other: where nothing is padding the
     order is the same as without it), then round r's buckets offset by r times the bucket count."""
@@ -657,10 +668,15 @@ def offset_buckets(buckets, total, attention_mask=None):
     return buckets + torch.arange(buckets.shape[2], device=buckets.device).view(1, 1, -1, 1) * total
 
 
+def key_scale(query_keys, eps=1e-6):
+    """``[..., 1]``: the per-row factor of :func:`normalized_keys`."""
+    # (the 1 / sqrt(d) in the per-row factor: one pass over the keys fewer, each way; exact for a power-of-4 d)
+    return torch.rsqrt(query_keys.pow(2).mean(-1, keepdim=True) + eps) / math.sqrt(query_keys.shape[-1])
+
+
 def normalized_keys(query_keys, eps=1e-6):
     """transformers' key scaling for shared QK: ``x / rms(x) / sqrt(d)``, i.e. unit length (up to ``eps``)."""
-    # (the 1 / sqrt(d) in the per-row factor: one pass over the keys fewer, each way; exact for a power-of-4 d)
-    return query_keys * (torch.rsqrt(query_keys.pow(2).mean(-1, keepdim=True) + eps) / math.sqrt(query_keys.shape[-1]))
+    return query_keys * key_scale(query_keys, eps)
 
 
 class LocalSelfAttention(nn.Module):
