@@ -499,19 +499,23 @@ def assert_same_attention(fused, plain, rtol=1e-12, atol=1e-12):
 @pytest.mark.parametrize("kind, num_hashes", [("lsh", 1), ("lsh", 2), ("lsh", 4), ("local", 1)])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("piece_bytes", [2**30, 1])
-def test_the_fused_kernel_gives_the_plain_path_s_outputs_and_gradients(kind, num_hashes, causal, piece_bytes,
+@pytest.mark.parametrize("padded", [True, False])
+def test_the_fused_kernel_gives_the_plain_path_s_outputs_and_gradients(kind, num_hashes, causal, piece_bytes, padded,
                                                                        monkeypatch):
-    """float64: chunks of 8 over 45 tokens (padded inside), a padded row, several rounds (whose log-sum-exp the
-    gradient flows through), tokens that see only themselves (causal position 0, in two copies across rounds);
-    the kernel over all chunks at once and over one chunk at a time."""
+    """float64: chunks of 8 over 45 tokens (padded inside) and a padded row, or over 64 tokens and no mask (an LSH
+    round's inner chunks then take one self-mask, broadcast); several rounds (whose log-sum-exp the gradient flows
+    through), tokens that see only themselves (causal position 0, in two copies across rounds); the kernel over all
+    chunks at once and over one chunk at a time."""
     from hf_plm_ext.modeling.rev_lsh import attention_rev_lsh
 
     monkeypatch.setattr(attention_rev_lsh, "PIECE_BYTES", piece_bytes)
     torch.manual_seed(0)
     attention = layer(kind, causal, **(dict(num_hashes=num_hashes) if kind == "lsh" else {})).double()
-    hidden = torch.randn(2, 45, 32, dtype=torch.float64)
-    mask = torch.ones(2, 45, dtype=torch.long)
-    mask[1, 30:] = 0
+    hidden = torch.randn(2, 45 if padded else 64, 32, dtype=torch.float64)
+    mask = None
+    if padded:
+        mask = torch.ones(2, 45, dtype=torch.long)
+        mask[1, 30:] = 0
     plain, fused = (masked_gradients(attention, hidden, mask, sdpa) for sdpa in (False, True))
     assert_same_attention(fused, plain)
     assert plain[1].abs().sum() > 0

@@ -223,17 +223,24 @@ def key_windows(padded, start, stop, width):
 
 
 def window_masks(query_positions, key_positions, key_mask, causal, mask_self, start, stop, batch_heads, dtype,
-                 sees_others=None):
+                 sees_others=None, self_slots=None):
     """For chunks ``start .. stop``: the additive mask ``[batch * heads, stop - start, q, k]`` (or None), whether
     each query sees a key other than itself and how many copies of itself it sees, ``[..., q, 1]`` (None without
     ``mask_self``; the copies also None where every query sees others). Positions ``[..., chunks, q]`` /
     ``[..., chunks, k]``, key_mask ``[..., chunks, k]`` or None, each broadcastable to ``[batch, heads, chunks,
-    ...]``; ``sees_others``: this piece's, from a call before (the backward's)."""
+    ...]``; ``sees_others``: this piece's, from a call before (the backward's). ``self_slots``: ``[q, k]``, where
+    each query's own key is in every window of the piece, which holds no other copy of it (one round's chunks of
+    distinct tokens): with no other mask, the mask is that pattern broadcast, built once (no pass over the
+    piece)."""
+    batch, heads = batch_heads
+    if self_slots is not None and mask_self and key_mask is None and not causal:
+        shape = (batch * heads, stop - start, *self_slots.shape)
+        self_mask = torch.where(self_slots, self_mask_value(dtype), 0.0).to(dtype)
+        return self_mask.expand(shape), self_slots.new_ones(()).expand(*shape[:-1], 1), None
     query_positions, key_positions = query_positions[..., start:stop, :], key_positions[..., start:stop, :]
     key_mask = None if key_mask is None else key_mask[..., start:stop, :]
     allowed = allowed_keys(query_positions, key_positions, key_mask, causal)
     additive_mask = None if allowed is None else torch.where(allowed, 0.0, mask_value(dtype)).to(dtype)
-    batch, heads = batch_heads
     flat = lambda x: x if x is None else x.expand(batch, heads, stop - start, *x.shape[-2:]).reshape(  # noqa: E731
         batch * heads, stop - start, *x.shape[-2:])
     copies = None
@@ -252,13 +259,23 @@ def window_masks(query_positions, key_positions, key_mask, causal, mask_self, st
     return flat(additive_mask), None, None
 
 
-def chunk_pieces(num_chunks, bytes_per_chunk, device):
-    """``(start, stop)`` of the pieces the kernel runs over (see :data:`PIECE_BYTES`; on a GPU, whose caching
-    allocator reuses blocks of any size, one piece)."""
+def chunk_pieces(num_chunks, bytes_per_chunk, device, round_chunks=None, width=1):
+    """``(start, stop, within_a_round)`` of the pieces the kernel runs over (see :data:`PIECE_BYTES`; on a GPU,
+    whose caching allocator reuses blocks of any size, one piece, not within a round). ``round_chunks``: the chunks
+    of one hash round (LSH); the pieces are then also split where a chunk's window (``width`` chunks) may reach into
+    another round, and a piece of chunks whose windows stay inside theirs is ``within_a_round``."""
     if device.type != "cpu":
-        return [(0, num_chunks)]
+        return [(0, num_chunks, False)]
     step = max(1, PIECE_BYTES // max(1, bytes_per_chunk))
-    return [(start, min(start + step, num_chunks)) for start in range(0, num_chunks, step)]
+    if not round_chunks or round_chunks < 2 * width:
+        return [(start, min(start + step, num_chunks), False) for start in range(0, num_chunks, step)]
+    pieces = []
+    for round_start in range(0, num_chunks, round_chunks):  # the edges: width - 1 chunks at each end of a round
+        edge, inner_stop = round_start + width - 1, round_start + round_chunks - (width - 1)
+        pieces += [(start, start + 1, False) for start in range(round_start, edge)]
+        pieces += [(start, min(start + step, inner_stop), True) for start in range(edge, inner_stop, step)]
+        pieces += [(start, start + 1, False) for start in range(inner_stop, round_start + round_chunks)]
+    return pieces
 
 
 class FusedWindowAttention(torch.autograd.Function):
@@ -271,12 +288,13 @@ class FusedWindowAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, queries, padded_keys, padded_values, query_positions, key_positions, key_mask, causal,
-                mask_self):
+                mask_self, round_chunks=None):
         """queries ``[batch, heads, chunks, q, d]``; padded keys / values ``[batch, heads, chunks + width - 1,
         k / width, d]`` (:func:`pad_chunks_circularly`); positions and key_mask as :func:`window_masks`'s.
         Returns ``(out [batch, heads, chunks, q, d], logsumexp [batch, heads, chunks, q], sees_others,
         copies)``, the last two ``[batch, heads, chunks, q, 1]`` (see :func:`window_masks`; None without
-        ``mask_self``, the copies None too where every query sees others)."""
+        ``mask_self``, the copies None too where every query sees others). ``round_chunks``: see
+        :func:`chunk_pieces`."""
         batch, heads, num_chunks, q_length, _ = queries.shape
         flat = lambda x: x.reshape(batch * heads, *x.shape[2:])  # noqa: E731
         queries, padded_keys, padded_values = flat(queries), flat(padded_keys).contiguous(), flat(
@@ -284,11 +302,13 @@ class FusedWindowAttention(torch.autograd.Function):
         width = padded_keys.shape[1] - num_chunks + 1
         ctx.shape, ctx.width, ctx.causal, ctx.mask_self = (batch, heads), width, causal, mask_self
         ctx.pieces = chunk_pieces(num_chunks, batch * heads * padded_keys[0, :width].numel()
-                                  * padded_keys.element_size(), queries.device)
+                                  * padded_keys.element_size(), queries.device, round_chunks, width)
+        ctx.self_slots = self_slots(query_positions, key_positions, ctx.pieces)
         outs, logsumexps, pieces_sees_others, pieces_copies = [], [], [], []
-        for start, stop in ctx.pieces:
+        for start, stop, within_a_round in ctx.pieces:
             additive_mask, piece_sees_others, piece_copies = window_masks(
-                query_positions, key_positions, key_mask, causal, mask_self, start, stop, ctx.shape, queries.dtype)
+                query_positions, key_positions, key_mask, causal, mask_self, start, stop, ctx.shape, queries.dtype,
+                self_slots=ctx.self_slots if within_a_round else None)
             out, logsumexp = kernel_forward(queries[:, start:stop], key_windows(padded_keys, start, stop, width),
                                             key_windows(padded_values, start, stop, width), additive_mask)
             outs.append(out), logsumexps.append(logsumexp)
@@ -324,11 +344,12 @@ class FusedWindowAttention(torch.autograd.Function):
             grad[:, num_chunks:].zero_()
         # last piece first: window slot `offset` of chunk c is padded chunk c + offset, so a piece's slot 0 is
         # written (copied) before anything is added to it, by the pieces before it
-        for start, stop in reversed(ctx.pieces):
+        for start, stop, within_a_round in reversed(ctx.pieces):
             piece = slice(start, stop)
             additive_mask = window_masks(query_positions, key_positions, key_mask, ctx.causal, ctx.mask_self, start,
                                          stop, ctx.shape, queries.dtype,
-                                         None if sees_others is None else sees_others[:, piece])[0]
+                                         None if sees_others is None else sees_others[:, piece],
+                                         ctx.self_slots if within_a_round else None)[0]
             piece_grads = kernel_backward(grad_out[:, piece], grad_logsumexp[:, piece], queries[:, piece],
                                           key_windows(padded_keys, start, stop, ctx.width),
                                           key_windows(padded_values, start, stop, ctx.width), out[:, piece],
@@ -339,7 +360,19 @@ class FusedWindowAttention(torch.autograd.Function):
                 for offset in range(1, ctx.width):
                     grad[:, start + offset:stop + offset] += piece_grad[:, :, offset * chunk:(offset + 1) * chunk]
         unflat = lambda x: x.view(batch, heads, *x.shape[1:])  # noqa: E731
-        return unflat(grad_queries), unflat(grad_keys), unflat(grad_values), None, None, None, None, None
+        return unflat(grad_queries), unflat(grad_keys), unflat(grad_values), None, None, None, None, None, None
+
+
+def self_slots(query_positions, key_positions, pieces):
+    """``[q, k]``: where each query's own key is in the windows of the pieces within a round, read off the first
+    such chunk (the same slots in every one: its own chunk's place in the window); None if there is none, or if
+    that chunk breaks the rule (a query without its key, or with two copies of it)."""
+    start = next((start for start, _, within_a_round in pieces if within_a_round), None)
+    if start is None or torch.compiler.is_compiling():  # (a compiled graph cannot branch on the data)
+        return None
+    first = lambda x: x.reshape(-1, *x.shape[-2:])[0, start]  # noqa: E731
+    itself = first(query_positions).unsqueeze(-1) == first(key_positions).unsqueeze(-2)
+    return itself if bool((itself.sum(-1) == 1).all()) else None
 
 
 def kernel_backward(grad_out, grad_logsumexp, queries, keys, values, out, logsumexp, additive_mask):
@@ -386,7 +419,7 @@ def kernel_dtype(*tensors):
 
 
 def attend_in_windows(queries, padded_keys, padded_values, query_positions, key_positions, key_mask, causal,
-                      mask_self=True):
+                      mask_self=True, round_chunks=None):
     """:func:`attend` of each chunk of ``queries`` ``[batch, heads, chunks, q, d]`` against its window of keys
     through :class:`FusedWindowAttention` (the keys and values padded by :func:`pad_chunks_circularly`; positions
     and key_mask as :func:`attend`'s with the windows' keys): the same ``(out, logsumexp)``, no probabilities
@@ -395,7 +428,7 @@ def attend_in_windows(queries, padded_keys, padded_values, query_positions, key_
     dtype = kernel_dtype(queries, padded_keys, padded_values)
     out, logsumexp, sees_others, copies = FusedWindowAttention.apply(
         queries.to(dtype), padded_keys.to(dtype), padded_values.to(dtype), query_positions, key_positions, key_mask,
-        causal, mask_self)
+        causal, mask_self, round_chunks)
     if copies is None:  # every query sees others
         return out, logsumexp, None
     # ... and then the plain path's numbers for it (transformers' too): the log-sum-exp of k copies at -1e5,
@@ -501,7 +534,7 @@ class LSHSelfAttention(nn.Module):
         query_keys = rotate_by_position(split_heads(self.query_key(hidden_states), self.num_heads),
                                         torch.arange(seq, device=hidden_states.device), self.rotary_base)
         values = split_heads(self.value(hidden_states), self.num_heads)
-        key_mask = None if attention_mask is None else attention_mask.bool()[:, None, :]
+        key_mask = None if masks_nothing(attention_mask) else attention_mask.bool()[:, None, :]
         if seq <= self.chunk_length:
             if cache is not None:  # rotations for the longer sequence decoding makes: a two-chunk one's
                 rotations = self.rotations(2 * self.chunk_length, num_hashes, query_keys)
@@ -625,7 +658,7 @@ class LSHSelfAttention(nn.Module):
             padded_keys = padded_queries * into_chunks(padded_scale, self.chunk_length).unsqueeze(-1)
             out, logsumexp, probs = attend_in_windows(
                 sorted_queries, padded_keys, into_chunks(gather_rows(values, padded_positions), self.chunk_length),
-                query_positions, key_positions, sorted_key_mask, self.causal)
+                query_positions, key_positions, sorted_key_mask, self.causal, round_chunks=num_chunks // num_hashes)
         else:
             sorted_queries = into_chunks(gather_rows(query_keys, positions), self.chunk_length)
             sorted_keys = normalized_keys(sorted_queries)  # normalising commutes with sorting: one gather fewer
@@ -657,6 +690,12 @@ def gather_rows(rows, positions):
     batch, heads, n, d = rows.shape
     offsets = torch.arange(batch * heads, device=rows.device).view(batch, heads, 1) * n
     return rows.reshape(-1, d).index_select(0, (positions + offsets).flatten()).view(batch, heads, -1, d)
+
+
+def masks_nothing(attention_mask) -> bool:
+    """No mask, or one of ones only (a collator's for unpadded rows): the kernel then takes the cheaper masks."""
+    # (a compiled graph keeps the mask: it cannot branch on the data)
+    return attention_mask is None or (not torch.compiler.is_compiling() and bool(attention_mask.bool().all()))
 
 
 def offset_buckets(buckets, total, attention_mask=None):
