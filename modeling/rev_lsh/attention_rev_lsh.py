@@ -230,10 +230,10 @@ def window_masks(query_positions, key_positions, key_mask, causal, mask_self, st
     ``[..., chunks, k]``, key_mask ``[..., chunks, k]`` or None, each broadcastable to ``[batch, heads, chunks,
     ...]``; ``sees_others``: this piece's, from a call before (the backward's). ``self_slots``: ``[q, k]``, where
     each query's own key is in every window of the piece, which holds no other copy of it (one round's chunks of
-    distinct tokens): with no other mask, the mask is that pattern broadcast, built once (no pass over the
-    piece)."""
+    distinct tokens), given where nothing else is masked: the mask is that pattern broadcast, built once (no pass
+    over the piece)."""
     batch, heads = batch_heads
-    if self_slots is not None and mask_self and key_mask is None and not causal:
+    if self_slots is not None:
         shape = (batch * heads, stop - start, *self_slots.shape)
         self_mask = torch.where(self_slots, self_mask_value(dtype), 0.0).to(dtype)
         return self_mask.expand(shape), self_slots.new_ones(()).expand(*shape[:-1], 1), None
@@ -303,7 +303,8 @@ class FusedWindowAttention(torch.autograd.Function):
         ctx.shape, ctx.width, ctx.causal, ctx.mask_self = (batch, heads), width, causal, mask_self
         ctx.pieces = chunk_pieces(num_chunks, batch * heads * padded_keys[0, :width].numel()
                                   * padded_keys.element_size(), queries.device, round_chunks, width)
-        ctx.self_slots = self_slots(query_positions, key_positions, ctx.pieces)
+        ctx.self_slots = (self_slots(query_positions, key_positions, ctx.pieces)
+                          if mask_self and key_mask is None and not causal else None)
         outs, logsumexps, pieces_sees_others, pieces_copies = [], [], [], []
         for start, stop, within_a_round in ctx.pieces:
             additive_mask, piece_sees_others, piece_copies = window_masks(
