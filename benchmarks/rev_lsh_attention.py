@@ -4,6 +4,8 @@ This package's ``LSHSelfAttention`` (2 hashes, chunks of 64, buckets chosen from
 (this package's ``FullSelfAttention``), transformers' ``LSHSelfAttention`` (same settings) and reformer-pytorch's
 ``LSHSelfAttention`` (bucket 64, 2 hashes). Every point runs in a fresh process (for its peak memory); time is the
 median of ``--repeats`` steps after one warm-up step, peak memory the peak RSS growth over the warm-up step.
+``*_eager``: the plain path (the scores materialised); ``ours_local_core*``: the local layer without its projections
+(the input's heads as queries, keys and values), the chunk attention alone.
 
     .venv/bin/python benchmarks/rev_lsh_attention.py --out benchmarks/results/rev_lsh_attention
 
@@ -24,8 +26,8 @@ from pathlib import Path
 
 from peak_rss import peak_rss_growth
 
-IMPLEMENTATIONS = ("ours_lsh", "ours_lsh_eager", "ours_local", "ours_local_eager", "sdpa_full", "hf_reformer_lsh",
-                   "lucid_lsh")
+IMPLEMENTATIONS = ("ours_lsh", "ours_lsh_eager", "ours_local", "ours_local_eager", "ours_local_core",
+                   "ours_local_core_eager", "sdpa_full", "hf_reformer_lsh", "lucid_lsh")
 LENGTHS = (1024, 2048, 4096, 8192, 16384, 32768)
 D_MODEL, HEADS, HEAD_SIZE, CHUNK, HASHES = 256, 4, 64, 64, 2
 
@@ -47,10 +49,15 @@ def build_layer(name, n):
 
         return LSHSelfAttention(D_MODEL, HEADS, HEAD_SIZE, chunk_length=CHUNK, num_hashes=HASHES,
                                 max_position_embeddings=n)
-    if name in ("ours_local", "ours_local_eager"):
+    if name in ("ours_local", "ours_local_eager", "ours_local_core", "ours_local_core_eager"):
+        import torch.nn as nn
+
         from hf_plm_ext.modeling.rev_lsh import LocalSelfAttention
 
-        return LocalSelfAttention(D_MODEL, HEADS, HEAD_SIZE, chunk_length=CHUNK)
+        layer = LocalSelfAttention(D_MODEL, HEADS, HEAD_SIZE, chunk_length=CHUNK)
+        if "_core" in name:  # the chunk attention alone: the input's heads as queries, keys and values
+            layer.query = layer.key = layer.value = nn.Identity()
+        return layer
     if name == "sdpa_full":
         from hf_plm_ext.modeling.rev_lsh import FullSelfAttention
 

@@ -332,6 +332,7 @@ class FusedWindowAttention(torch.autograd.Function):
         unflat = lambda x: None if x is None else x.view(batch, heads, *x.shape[1:])  # noqa: E731
         outputs = unflat(out), unflat(logsumexp), unflat(sees_others), unflat(copies)
         ctx.mark_non_differentiable(*(output for output in outputs[2:] if output is not None))
+        ctx.set_materialize_grads(False)  # a log-sum-exp nothing reads (local attention's, one round's) costs nothing
         return outputs
 
     @staticmethod
@@ -339,7 +340,10 @@ class FusedWindowAttention(torch.autograd.Function):
         queries, padded_keys, padded_values, out, logsumexp, query_positions, key_positions, key_mask, sees_others \
             = ctx.saved_tensors
         batch, heads = ctx.shape
-        grad_out, grad_logsumexp = grad_out.reshape(out.shape), grad_logsumexp.reshape(out.shape[:-1])
+        if grad_out is None and grad_logsumexp is None:
+            return (None,) * 9
+        grad_out = torch.zeros_like(out) if grad_out is None else grad_out.reshape(out.shape)
+        grad_logsumexp = None if grad_logsumexp is None else grad_logsumexp.reshape(out.shape[:-1])
         grad_queries = torch.empty_like(queries)
         grad_keys, grad_values = torch.empty_like(padded_keys), torch.empty_like(padded_values)
         num_chunks, chunk = queries.shape[1], padded_keys.shape[2]
@@ -353,7 +357,8 @@ class FusedWindowAttention(torch.autograd.Function):
                                          stop, ctx.shape, queries.dtype,
                                          None if sees_others is None else sees_others[:, piece],
                                          ctx.self_slots if within_a_round else None)[0]
-            piece_grads = kernel_backward(grad_out[:, piece], grad_logsumexp[:, piece], queries[:, piece],
+            piece_grad_logsumexp = None if grad_logsumexp is None else grad_logsumexp[:, piece]
+            piece_grads = kernel_backward(grad_out[:, piece], piece_grad_logsumexp, queries[:, piece],
                                           key_windows(padded_keys, start, stop, ctx.width),
                                           key_windows(padded_values, start, stop, ctx.width), out[:, piece],
                                           logsumexp[:, piece], additive_mask)
@@ -379,7 +384,10 @@ def self_slots(query_positions, key_positions, pieces):
 
 
 def kernel_backward(grad_out, grad_logsumexp, queries, keys, values, out, logsumexp, additive_mask):
-    """``(d queries, d keys, d values)`` of one kernel call given the gradients of its output and log-sum-exp."""
+    """``(d queries, d keys, d values)`` of one kernel call given the gradients of its output and log-sum-exp
+    (None: not read)."""
+    if grad_logsumexp is None:
+        return kernel_gradients(grad_out, queries, keys, values, out, logsumexp, additive_mask)
     # d logsumexp / d scores is the softmax P; the kernel's backward forms P * (grad_out . v - D) with
     # D = rowsum(grad_out * out). An out moved along grad_out by grad_logsumexp / |grad_out|^2 turns D into
     # D - grad_logsumexp: the log-sum-exp's gradient joins the scores' without P being built.
