@@ -195,8 +195,8 @@ def cuda_kernel_mask(additive_mask, queries, keys):
 # The kernel runs over the chunks a piece at a time, each piece's largest block (its keys' gradient) at most this
 # size: glibc maps a block above 32 MiB (its largest mmap threshold) fresh on each allocation, and faulting its
 # pages in took a quarter of an 8k-token LSH step here (0.75 GB/s); smaller blocks are reused from the heap. At
-# 2 MiB rather than 8 a local layer's step kept 0.6-0.75x the memory at 8k-16k and ran 0.84x the time at 32k (the
-# kernel's zeroed gradient buffers stay in cache); an LSH layer's did not change.
+# 2 MiB rather than 8 a local layer's step kept 0.6-0.75x the memory at 8k-16k and ran 0.84x the time at 32k
+# (likely: the kernel's zeroed gradient buffers stay in cache; not profiled); an LSH layer's did not change.
 PIECE_BYTES = 2 * 2**20
 
 
