@@ -33,7 +33,7 @@ from hf_plm_ext.data.segment_streams import StreamSegments, tokenize_stream  # n
 from hf_plm_ext.data.similar_words import EmbeddingNeighbours, SynonymTable, load_similar_words  # noqa: E402
 from hf_plm_ext.data.sop import build_sop_pairs  # noqa: E402
 from hf_plm_ext.data.token_blocks import token_blocks  # noqa: E402
-from hf_plm_ext.data.tokenizer_training import train_tokenizer  # noqa: E402
+from hf_plm_ext.data.tokenizer_training import make_causal, train_tokenizer  # noqa: E402
 from hf_plm_ext.distill import (  # noqa: E402
     DistillationArguments,
     DistillationModel,
@@ -63,8 +63,8 @@ __all__ = [
     # data: collators and example builders
     "DataCollatorForCorrectionMasking", "SpecialTokensMaskCollator", "add_word_ids", "jieba_spans",
     "build_sop_pairs", "token_blocks", "StreamSegments", "tokenize_stream", "load_similar_words", "SynonymTable",
-    "EmbeddingNeighbours", "train_tokenizer", "ConfusionSet", "SpellingErrorGenerator", "build_spelling_pairs",
-    "read_spelling_pairs",
+    "EmbeddingNeighbours", "train_tokenizer", "make_causal", "ConfusionSet", "SpellingErrorGenerator",
+    "build_spelling_pairs", "read_spelling_pairs",
     # training
     "SubLossTrainer", "SegmentMemoryTrainer", "LayerwiseLRDecayTrainer", "OBJECTIVES", "Objective",
     "PretrainArguments", "pretrain",

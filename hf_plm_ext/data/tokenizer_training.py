@@ -156,3 +156,25 @@ def pad_with_eos(tokenizer) -> None:
     tokenizer.pad_token = tokenizer.eos_token
     if "attention_mask" not in tokenizer.model_input_names:
         tokenizer.model_input_names = [*tokenizer.model_input_names, "attention_mask"]
+
+
+def make_causal(tokenizer) -> None:
+    """A BERT-style tokenizer as a causal LM's (GPT-2's convention): bos / eos are ``[CLS]`` / ``[SEP]`` where it has
+    none, a text gets the bos in front and no eos after (a prompt that ended in the eos would say the text is over),
+    and it returns only what a causal model reads (no ``token_type_ids``). Documents in pre-training blocks are still
+    framed by bos / eos (:func:`~hf_plm_ext.data.token_blocks.block_frame`). In place; ``save_pretrained`` keeps it,
+    so this also re-saves a tokenizer of a checkpoint written before it existed."""
+    for name, block_token in (("bos_token", tokenizer.cls_token), ("eos_token", tokenizer.sep_token)):
+        if getattr(tokenizer, name) is None and block_token is not None:
+            setattr(tokenizer, name, block_token)
+    backend = getattr(tokenizer, "_tokenizer", None)
+    if backend is None:
+        raise UserInputError(f"make_causal needs a fast tokenizer (tokenizers' backend), got "
+                             f"{type(tokenizer).__name__}")
+    bos = tokenizer.bos_token
+    if bos is None:
+        backend.post_processor = None
+    else:
+        backend.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A $B:1", special_tokens=[(bos, tokenizer.bos_token_id)])
+    tokenizer.model_input_names = [name for name in tokenizer.model_input_names if name != "token_type_ids"]

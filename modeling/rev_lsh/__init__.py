@@ -1,8 +1,8 @@
 from .attention_rev_lsh import FullSelfAttention, LocalSelfAttention, LSHSelfAttention, rotate_by_position
 from .configuration_rev_lsh import RevLSHConfig
 from .reversible_rev_lsh import ReversibleFunction, ReversibleLayer
+from .cache_rev_lsh import RevLSHCache, RevLSHLayerCache
 from .modeling_rev_lsh import (
-    RevLSHCache,
     RevLSHCausalLMOutput,
     RevLSHForCausalLM,
     RevLSHForMaskedLM,
@@ -14,6 +14,7 @@ from .modeling_rev_lsh import (
 
 __all__ = ["RevLSHConfig", "RevLSHModel", "RevLSHForMaskedLM", "RevLSHForCausalLM", "RevLSHForSequenceClassification",
            "RevLSHPreTrainedModel", "RevLSHModelOutput", "RevLSHCausalLMOutput", "RevLSHCache",
+           "RevLSHLayerCache",
            "LSHSelfAttention", "LocalSelfAttention", "FullSelfAttention", "ReversibleFunction",
            "rotate_by_position"]
 

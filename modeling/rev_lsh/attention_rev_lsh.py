@@ -12,8 +12,8 @@ to attend to itself unless nothing else is left, and combines the rounds by thei
 is the same chunking by position with separate query / key / value projections. Given a ``rotary_base``, each
 layer rotates its queries and keys by their positions (:func:`rotate_by_position`); LSH hashes the rotated ones.
 
-Causal layers also decode one token at a time from a cache (a dict per layer that the first call fills; see
-``RevLSHCache``): the new token attends exactly as it would as the last position of a call over the whole
+Causal layers also decode one token at a time from a cache (a ``RevLSHLayerCache`` per layer that the first
+call fills; see ``cache_rev_lsh.py``): the new token attends exactly as it would as the last position of a call over the whole
 sequence, for LSH too, given the cached rotations.
 """
 
@@ -91,16 +91,14 @@ def neighbour_slots(query_slots, chunk_length, num_chunks, before, after):
     return (chunks.unsqueeze(-1) * chunk_length + torch.arange(chunk_length, device=query_slots.device)).flatten(-2)
 
 
-def cached_length(cache):
+def is_filled(cache) -> bool:
+    """A layer cache (:class:`~.cache_rev_lsh.RevLSHLayerCache`) that holds tokens: the input follows them."""
+    return cache is not None and cache.get_seq_length() > 0
+
+
+def next_position(cache):
     """The position of the token that follows the cached ones, as a ``[1]`` tensor."""
-    return torch.tensor([cache["keys"].shape[2]], device=cache["keys"].device)
-
-
-def extend_cache(cache, **new):
-    """Append each ``[batch, heads, new, ...]`` tensor to the cached one along the sequence (dim 2)."""
-    for name, tensor in new.items():
-        cache[name] = torch.cat([cache[name], tensor], dim=2)
-    return [cache[name] for name in new]
+    return torch.tensor([cache.get_seq_length()], device=cache.keys.device)
 
 
 def rotate_by_position(x, positions, base):
@@ -529,11 +527,11 @@ class LSHSelfAttention(nn.Module):
         ``[batch, heads, num_hashes, padded seq]`` (None when the sequence is attended fully) can be passed back to
         recompute the same attention (the reversible backward does).
 
-        ``cache``: an empty dict to fill with this call's keys, values, buckets and rotations; a filled one to
+        ``cache``: an empty layer cache to fill with this call's keys, values, buckets and rotations; a filled one to
         decode ``hidden_states`` (one new token) after them, ``attention_mask`` then covering the cached tokens
         and the new one, ``padded_length`` the length a whole-sequence call would pad to (default: this layer's
         chunk multiple)."""
-        if cache:
+        if is_filled(cache):
             out, probs = self.decode(hidden_states, attention_mask, cache, padded_length)
             return out, None, probs if output_attentions else None
         check_attention_mask(attention_mask, hidden_states)
@@ -551,7 +549,7 @@ class LSHSelfAttention(nn.Module):
                 rotations = self.rotations(2 * self.chunk_length, num_hashes, query_keys)
                 factors = self.bucket_factors(2 * self.chunk_length)
                 self._fill_cache(cache, query_keys, values, length, rotations, factors,
-                                 self.raw_buckets(query_keys, rotations, factors)[0])
+                                 self.raw_buckets(query_keys, rotations, factors)[0], attention_mask)
             positions = torch.arange(seq, device=hidden_states.device)
             out, _, probs = attend(query_keys, normalized_keys(query_keys), values, positions, positions, key_mask,
                                    self.causal, self.dropout, self.training, fused=sdpa and not output_attentions)
@@ -562,54 +560,60 @@ class LSHSelfAttention(nn.Module):
             raw_buckets, total = self.raw_buckets(query_keys, rotations, factors)
             buckets = offset_buckets(raw_buckets, total, attention_mask)
             if cache is not None:
-                self._fill_cache(cache, query_keys, values, length, rotations, factors, raw_buckets)
+                self._fill_cache(cache, query_keys, values, length, rotations, factors, raw_buckets, attention_mask)
         out, probs = self._attend_in_buckets(query_keys, values, buckets, key_mask, num_hashes,
                                              fused=sdpa and not output_attentions)
         return merge_heads(out)[:, :length], buckets, probs if output_attentions else None
 
     @staticmethod
-    def _fill_cache(cache, query_keys, values, length, rotations, factors, raw_buckets):
+    def _fill_cache(cache, query_keys, values, length, rotations, factors, raw_buckets, attention_mask):
         """The cache of the first ``length`` positions: the keys (normalised: all that decoding reads of them),
-        values, buckets ``[batch, heads, length, rounds]`` and what hashes the tokens that follow."""
-        cache.update(keys=normalized_keys(query_keys[:, :, :length]), values=values[:, :, :length],
-                     buckets=raw_buckets[..., :length].transpose(2, 3), rotations=rotations, factors=factors)
+        values, buckets (padding in a bucket of its own, after the others) and what hashes the tokens that follow."""
+        total = math.prod(factors)
+        buckets = raw_buckets[..., :length]
+        if attention_mask is not None:
+            buckets = buckets.masked_fill(~attention_mask.bool()[:, None, None, :length], total)
+        cache.append(keys=normalized_keys(query_keys[:, :, :length]), values=values[:, :, :length],
+                     buckets=buckets.transpose(2, 3))
+        cache.rotations, cache.factors = rotations, factors
+        cache.group_by_bucket(buckets, total + 1)
 
     def decode(self, hidden_states, attention_mask, cache, padded_length=None):
         """One new token ``[batch, 1, hidden]`` after the cached ones: ``([batch, 1, heads * head_size],
         probabilities)``, what the last position of a call over the whole (causal) sequence gives with the cached
         rotations (probabilities over its keys: ``[batch, heads, 1, keys]``, or per round ``[batch, heads, rounds, 1,
         keys]``). The bucket count stays the one of the first call (a whole-sequence call may choose another for
-        the longer length)."""
+        the longer length). The sorted order is not rebuilt: the cache counts the tokens of each bucket, which
+        places the new token and its chunk's neighbours (cost flat in the sequence length)."""
+        position = cache.get_seq_length()
         query_key = rotate_by_position(split_heads(self.query_key(hidden_states), self.num_heads),
-                                       cached_length(cache), self.rotary_base)
-        new_buckets, total = self.raw_buckets(query_key, cache["rotations"], cache["factors"])
-        keys, values, buckets = extend_cache(cache, keys=normalized_keys(query_key),
-                                             values=split_heads(self.value(hidden_states), self.num_heads),
-                                             buckets=new_buckets.transpose(2, 3))
+                                       next_position(cache), self.rotary_base)
+        new_buckets, total = self.raw_buckets(query_key, cache.rotations, cache.factors)  # [b, h, rounds, 1]
+        if attention_mask is not None:
+            new_buckets = new_buckets.masked_fill(~attention_mask.bool()[:, None, None, -1:], total)
+        keys, values = cache.append(keys=normalized_keys(query_key),
+                                    values=split_heads(self.value(hidden_states), self.num_heads),
+                                    buckets=new_buckets.transpose(2, 3))[:2]
+        cache.join_buckets(new_buckets[..., 0], position)
         batch, heads, seq, d = keys.shape
         padded = padded_length or chunk_padded_length(seq, self.chunk_length)
-        mask = (torch.ones(batch, seq, dtype=torch.bool, device=keys.device) if attention_mask is None
-                else attention_mask.bool())
         if padded <= self.chunk_length:
             positions = torch.arange(seq, device=keys.device)
+            mask = (torch.ones(batch, seq, dtype=torch.bool, device=keys.device) if attention_mask is None
+                    else attention_mask.bool())
             out, _, probs = attend(query_key, keys, values, positions[-1:], positions, mask[:, None, :], self.causal,
                                    0.0, False)
             return merge_heads(out), probs
-        missing = padded - seq
-        keys = nn.functional.pad(keys, (0, 0, 0, missing))
-        values = nn.functional.pad(values, (0, 0, 0, missing))
-        mask = nn.functional.pad(mask, (0, missing))
-        rounds = buckets.shape[-1]
-        order = offset_buckets(nn.functional.pad(buckets.transpose(2, 3), (0, missing)), total, mask).flatten(2) \
-            .argsort(dim=-1, stable=True)
-        query_slots = order.argsort(dim=-1)[..., seq - 1 + padded * torch.arange(rounds, device=order.device)]
+        rounds = new_buckets.shape[2]
+        query_ranks = cache.counts.cumsum(-1).gather(-1, new_buckets).squeeze(-1) - 1  # the last of its bucket
+        query_slots = query_ranks + padded * torch.arange(rounds, device=keys.device)
         slots = neighbour_slots(query_slots, self.chunk_length, rounds * padded // self.chunk_length,
                                 self.chunks_before, self.chunks_after)  # [batch, heads, rounds, keys]
-        key_positions = order.gather(2, slots.flatten(2)).view(slots.shape) % padded
-        gather = lambda x: x.gather(2, key_positions.flatten(2).unsqueeze(-1).expand(-1, -1, -1, d)).view(  # noqa: E731
-            *slots.shape, d)
-        key_mask = mask[:, None, :].expand(batch, heads, padded).gather(2, key_positions.flatten(2)).view(slots.shape)
-        query_positions = torch.full((*slots.shape[:3], 1), seq - 1, device=order.device)
+        key_positions, groups = cache.positions_at_ranks(slots % padded, slots // padded)
+        key_mask = (groups >= 0) & (groups < total)  # not padding
+        rows = key_positions.clamp(max=seq - 1).flatten(2).unsqueeze(-1).expand(-1, -1, -1, d)
+        gather = lambda x: x.gather(2, rows).view(*slots.shape, d)  # noqa: E731
+        query_positions = torch.full((*slots.shape[:3], 1), seq - 1, device=keys.device)
         out, logsumexp, probs = attend(query_key.unsqueeze(2).expand(-1, -1, rounds, -1, -1), gather(keys),
                                        gather(values), query_positions, key_positions, key_mask, self.causal, 0.0,
                                        False)
@@ -753,7 +757,7 @@ class LocalSelfAttention(nn.Module):
         """``(out [batch, seq, heads * head_size], None, probabilities or None)``; ``cache``, ``padded_length`` and
         ``sdpa`` as :meth:`LSHSelfAttention.forward`'s."""
         fused = sdpa and not output_attentions
-        if cache:
+        if is_filled(cache):
             out, probs = self.decode(hidden_states, attention_mask, cache, padded_length)
             return out, None, probs if output_attentions else None
         check_attention_mask(attention_mask, hidden_states)
@@ -764,7 +768,7 @@ class LocalSelfAttention(nn.Module):
         positions = torch.arange(seq, device=hidden_states.device)
         queries, keys, values = self._project(hidden_states, positions)
         if cache is not None:
-            cache.update(keys=keys[:, :, :length], values=values[:, :, :length])
+            cache.append(keys=keys[:, :, :length], values=values[:, :, :length])
         key_mask = None if attention_mask is None else attention_mask.bool()[:, None, :]
         if seq > self.chunk_length:
             chunks = lambda x: into_chunks(x, self.chunk_length)  # noqa: E731
@@ -799,8 +803,8 @@ class LocalSelfAttention(nn.Module):
         """One new token ``[batch, 1, hidden]`` after the cached ones: ``([batch, 1, heads * head_size],
         probabilities [batch, heads, 1, keys])``, exactly the last position of a call over the whole (causal)
         sequence."""
-        query, key, value = self._project(hidden_states, cached_length(cache))
-        keys, values = extend_cache(cache, keys=key, values=value)
+        query, key, value = self._project(hidden_states, next_position(cache))
+        keys, values = cache.append(keys=key, values=value)
         seq = keys.shape[2]
         padded = padded_length or chunk_padded_length(seq, self.chunk_length)
         positions = torch.arange(seq, device=keys.device)
@@ -831,14 +835,14 @@ class FullSelfAttention(nn.Module):
         """``(out [batch, seq, heads * head_size], None, probabilities [batch, heads, seq, seq] or None)``; with
         ``output_attentions`` or ``sdpa=False`` the scores are computed explicitly. ``cache`` as
         :meth:`LSHSelfAttention.forward`'s (decoding is exact)."""
-        if cache:
+        if is_filled(cache):
             out, probs = self.decode(hidden_states, attention_mask, cache, output_attentions=output_attentions)
             return out, None, probs
         check_attention_mask(attention_mask, hidden_states)
         queries, keys, values = self._project(hidden_states,
                                               torch.arange(hidden_states.shape[1], device=hidden_states.device))
         if cache is not None:
-            cache.update(keys=keys, values=values)
+            cache.append(keys=keys, values=values)
         mask = None
         if attention_mask is not None:
             length = hidden_states.shape[1]
@@ -868,8 +872,8 @@ class FullSelfAttention(nn.Module):
     def decode(self, hidden_states, attention_mask, cache, padded_length=None, output_attentions=False):
         """One new token ``[batch, 1, hidden]`` after the cached ones: ``([batch, 1, heads * head_size],
         probabilities [batch, heads, 1, keys] with output_attentions, else None)``."""
-        query, key, value = self._project(hidden_states, cached_length(cache))
-        keys, values = extend_cache(cache, keys=key, values=value)
+        query, key, value = self._project(hidden_states, next_position(cache))
+        keys, values = cache.append(keys=key, values=value)
         mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
         if not output_attentions:
             return merge_heads(nn.functional.scaled_dot_product_attention(query, keys, values, attn_mask=mask)), None

@@ -25,6 +25,7 @@ from transformers.utils import ModelOutput, can_return_tuple, logging
 from transformers.utils.output_capturing import selected_hidden_states
 
 from .attention_rev_lsh import FullSelfAttention, LocalSelfAttention, LSHSelfAttention, check_attention_mask
+from .cache_rev_lsh import RevLSHCache, as_rev_lsh_cache
 from .configuration_rev_lsh import RevLSHConfig
 from .reversible_rev_lsh import ReversibleFunction, ReversibleLayer
 
@@ -62,44 +63,6 @@ class RevLSHCausalLMOutput(ModelOutput):
     cache: "RevLSHCache | None" = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
-
-
-class RevLSHCache:
-    """``generate``'s cache for a causal stack: per layer its attention's keys and values ``[batch, heads, seen,
-    head_size]`` (LSH: also the buckets ``[batch, heads, seen, rounds]`` and the rotations),
-    and the attention mask of the tokens seen. With it each new token costs one position per layer.
-
-    Full and local layers decode exactly what recomputing the whole sequence gives. An LSH layer gives what the
-    last position of a recompute would, with the cached rotations and bucket count; but in a recompute the earlier
-    positions' outputs change as the sequence grows (their sorted chunks take in later tokens), while the cache
-    keeps them as they were, so below an LSH layer the two part (as transformers' Reformer cache does, which also
-    only approximates).
-    """
-
-    batch_tensors = ("keys", "values", "buckets")
-
-    def __init__(self, num_layers: int):
-        self.layers = [{} for _ in range(num_layers)]
-        self.attention_mask = None  # [batch, seen], or None for no padding
-
-    def get_seq_length(self) -> int:
-        return self.layers[0]["keys"].shape[2] if self.layers[0] else 0
-
-    def keep_first(self, length: int):
-        """Forget what lies after the first ``length`` positions (the padding a forward adds)."""
-        for layer in self.layers:
-            for name in self.batch_tensors:
-                if name in layer:
-                    layer[name] = layer[name][:, :, :length]
-
-    def reorder_cache(self, beam_idx: torch.Tensor):
-        """Keep the rows of the beams that go on (transformers' beam search calls this after every step)."""
-        for layer in self.layers:
-            for name in self.batch_tensors:
-                if name in layer:
-                    layer[name] = layer[name].index_select(0, beam_idx.to(layer[name].device))
-        if self.attention_mask is not None:
-            self.attention_mask = self.attention_mask.index_select(0, beam_idx.to(self.attention_mask.device))
 
 
 class AxialPositionEmbeddings(nn.Module):
@@ -245,6 +208,34 @@ def chunk_multiple(config) -> tuple[int, int]:
     return (math.lcm(*present), min(present)) if present else (1, 0)
 
 
+def refuse_unknown_inputs(kwargs: dict, token_type_ids, model: str):
+    """What a tokenizer returns is accepted; what the model cannot honour is refused, never ignored: token types
+    (the family has no segment embeddings) pass only as a row of zeros, and an unknown argument is an error."""
+    if token_type_ids is not None and bool(token_type_ids.ne(0).any()):
+        raise ValueError(f"{model} has no token type embeddings: token_type_ids must be all zeros (a single "
+                         f"segment) or not given")
+    if kwargs:
+        raise TypeError(f"{model}.forward() got unexpected arguments {sorted(kwargs)}")
+
+
+def one_cache(cache, past_key_values, model: str):
+    """``past_key_values`` (transformers' name until 5.x, PEFT's) and ``cache`` (transformers 5.25's) are one
+    argument."""
+    if cache is not None and past_key_values is not None and cache is not past_key_values:
+        raise ValueError(f"{model}: pass the cache once, as past_key_values or as cache, not both")
+    return cache if cache is not None else past_key_values
+
+
+def seen_mask(cache):
+    """The attention mask of the tokens a cache holds (None: no padding), kept on its layers."""
+    return cache.layers[0].attention_mask
+
+
+def remember_mask(cache, attention_mask):
+    for layer in cache.layers:
+        layer.attention_mask = attention_mask
+
+
 class RevLSHPreTrainedModel(PreTrainedModel):
     config: RevLSHConfig
     config_class = RevLSHConfig
@@ -316,26 +307,34 @@ class RevLSHModel(RevLSHPreTrainedModel):
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, num_hashes=None,
-                cache=None, use_cache=None, output_hidden_states=None, output_attentions=None,
-                **kwargs) -> RevLSHModelOutput:
+                past_key_values=None, use_cache=None, output_hidden_states=None, output_attentions=None,
+                token_type_ids=None, cache=None, **kwargs) -> RevLSHModelOutput:
         r"""
         Args:
             input_ids: ``[batch, seq]``, any ``seq`` up to ``max_position_embeddings`` (rotary positions: any).
             position_ids: ``[batch, seq]`` for learned positions (default: the index); rotary positions take the
                 index and refuse others.
             attention_mask: ``[batch, seq]``, 1 for tokens and 0 for padding (padding is never attended to); with a
-                ``cache``, over the cached tokens and the new ones (or the new ones alone).
+                cache, over the cached tokens and the new ones (or the new ones alone).
             num_hashes: LSH rounds for this call (default: the config's).
-            cache: a :class:`RevLSHCache` from an earlier call: ``input_ids`` are the tokens that follow.
+            past_key_values (or ``cache``, transformers 5.25's name): a :class:`RevLSHCache` from an earlier call
+                (``input_ids`` are the tokens that follow), or an empty one (``RevLSHCache`` or ``DynamicCache()``)
+                to fill.
             use_cache: return a cache (causal stacks only; default ``config.use_cache`` outside autograd, where
                 the reversible stack keeps no activations).
+            token_type_ids: accepted as tokenizers return them, all zeros (the family has no token types).
         """
+        refuse_unknown_inputs(kwargs, token_type_ids, type(self).__name__)
+        cache = as_rev_lsh_cache(one_cache(cache, past_key_values, type(self).__name__), len(self.layers),
+                                 self.config.num_attention_heads, self.config.attention_head_size,
+                                 type(self).__name__)
         chosen = output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         output_hidden_states = chosen is not False and chosen is not None
         output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
         reference = input_ids if input_ids is not None else inputs_embeds
         if use_cache is None:
-            use_cache = self.config.use_cache and self.config.is_decoder and not torch.is_grad_enabled()
+            use_cache = cache is not None or (self.config.use_cache and self.config.is_decoder
+                                              and not torch.is_grad_enabled())
         if (use_cache or cache is not None) and not self.config.is_decoder:
             raise ValueError("a generation cache is for causal stacks (config.is_decoder=True); this one is "
                              "bidirectional: every position depends on every other")
@@ -345,6 +344,10 @@ class RevLSHModel(RevLSHPreTrainedModel):
         if cache is not None and cache.get_seq_length():
             return self._decode(input_ids, inputs_embeds, attention_mask, position_ids, cache, chosen,
                                 output_attentions)
+        prompt_length = getattr(cache, "prompt_length", None)
+        if use_cache and prompt_length is not None and 0 < prompt_length < reference.shape[1]:
+            return self._prefill_then_decode(input_ids, inputs_embeds, attention_mask, position_ids, cache, chosen,
+                                             output_attentions, num_hashes, prompt_length)
         check_attention_mask(attention_mask, reference)  # here, before the padding to the chunks
         length = reference.shape[1]
         if position_ids is not None:
@@ -359,14 +362,36 @@ class RevLSHModel(RevLSHPreTrainedModel):
         hidden_states, attentions = self._run_layers(hidden, padded_mask, num_hashes, output_hidden_states,
                                                      output_attentions, cache if use_cache else None)
         if use_cache:
-            cache.keep_first(length)
-            cache.attention_mask = attention_mask
+            for layer in cache.layers:  # (the padding to the chunks)
+                layer.crop(length - layer.get_seq_length())
+            remember_mask(cache, attention_mask)
         last = self._join_halves(hidden_states[-1])[:, :length]
         return RevLSHModelOutput(
             last_hidden_state=last, cache=cache if use_cache else None,
             hidden_states=chosen_hidden_states(tuple(h[:, :length] for h in hidden_states), chosen)
             if output_hidden_states else None,
             attentions=tuple(attentions) if output_attentions else None)
+
+    def _prefill_then_decode(self, input_ids, inputs_embeds, attention_mask, position_ids, cache, chosen,
+                             output_attentions, num_hashes, prompt_length):
+        """An empty cache that ``generate`` made for a prompt of ``prompt_length`` tokens, called with more (assisted
+        decoding verifies the prompt and its draft in one call): the prompt as a prefill, the rest decoded one by one,
+        so that every token is computed as plain greedy decoding computes it (an LSH layer's whole-sequence call
+        would sort the draft into the prompt's chunks)."""
+        split = lambda x, part: None if x is None else (x[:, :prompt_length] if part == 0  # noqa: E731
+                                                        else x[:, prompt_length:])
+        cache.prompt_length = None
+        first = self(split(input_ids, 0), attention_mask=split(attention_mask, 0),
+                     position_ids=split(position_ids, 0), inputs_embeds=split(inputs_embeds, 0), num_hashes=num_hashes,
+                     cache=cache, use_cache=True, output_hidden_states=chosen, output_attentions=output_attentions,
+                     return_dict=True)
+        rest = self._decode(split(input_ids, 1), split(inputs_embeds, 1), attention_mask,
+                            split(position_ids, 1), cache, chosen, output_attentions)
+        joined = lambda a, b: None if a is None else tuple(  # noqa: E731
+            None if x is None else torch.cat([x, y], dim=-2 if x.dim() == 3 else 2) for x, y in zip(a, b))
+        return RevLSHModelOutput(last_hidden_state=torch.cat([first.last_hidden_state, rest.last_hidden_state], 1),
+                                 cache=cache, hidden_states=joined(first.hidden_states, rest.hidden_states),
+                                 attentions=None)
 
     def _decode(self, input_ids, inputs_embeds, attention_mask, position_ids, cache, output_hidden_states,
                 output_attentions=False):
@@ -376,15 +401,16 @@ class RevLSHModel(RevLSHPreTrainedModel):
         reference = input_ids if input_ids is not None else inputs_embeds
         seen, new = cache.get_seq_length(), reference.shape[1]
         if attention_mask is not None and attention_mask.shape[1] == new:  # the new tokens' alone
-            seen_mask = cache.attention_mask if cache.attention_mask is not None else attention_mask.new_ones(
+            seen_attention = seen_mask(cache) if seen_mask(cache) is not None else attention_mask.new_ones(
                 attention_mask.shape[0], seen)
-            attention_mask = torch.cat([seen_mask, attention_mask], dim=1)
-        elif attention_mask is None and cache.attention_mask is not None:
-            attention_mask = torch.cat([cache.attention_mask, cache.attention_mask.new_ones(reference.shape[0], new)],
-                                       dim=1)
+            attention_mask = torch.cat([seen_attention, attention_mask], dim=1)
+        elif attention_mask is None and seen_mask(cache) is not None:
+            attention_mask = torch.cat([seen_mask(cache), seen_mask(cache).new_ones(reference.shape[0], new)], dim=1)
         if attention_mask is not None and attention_mask.shape != (reference.shape[0], seen + new):
             raise ValueError(f"with a cache of {seen} tokens, attention_mask covers them and the {new} new ones "
                              f"({seen + new} columns) or the new ones alone; got {list(attention_mask.shape)}")
+        if cache.layers[0].keys.shape[0] != reference.shape[0]:
+            raise ValueError(f"the cache holds {cache.layers[0].keys.shape[0]} rows, the input {reference.shape[0]}")
         if position_ids is None:
             position_ids = torch.arange(seen, seen + new, device=reference.device).unsqueeze(0).expand(
                 reference.shape[0], -1)
@@ -408,7 +434,7 @@ class RevLSHModel(RevLSHPreTrainedModel):
                 layer_outputs.append(torch.cat([x1, x2], dim=-1))
             outputs.append(layer_outputs[-1])
             all_hidden.append(layer_outputs)
-        cache.attention_mask = attention_mask
+        remember_mask(cache, attention_mask)
         last = self._join_halves(torch.cat(outputs, dim=1))
         hidden_states = None
         if output_hidden_states is not None and output_hidden_states is not False:
@@ -495,7 +521,9 @@ class RevLSHForMaskedLM(_RevLSHWithLMHead):
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None,
-                num_hashes=None, output_hidden_states=None, output_attentions=None, **kwargs) -> MaskedLMOutput:
+                num_hashes=None, output_hidden_states=None, output_attentions=None, token_type_ids=None,
+                **kwargs) -> MaskedLMOutput:
+        refuse_unknown_inputs(kwargs, token_type_ids, type(self).__name__)
         logits, outputs = self._logits(input_ids, attention_mask, position_ids, inputs_embeds, num_hashes,
                                        output_hidden_states, output_attentions)
         loss = None
@@ -520,25 +548,55 @@ class RevLSHForCausalLM(_RevLSHWithLMHead, GenerationMixin):
     def _supports_default_dynamic_cache(cls) -> bool:
         return False  # the cache is a RevLSHCache (LSH layers keep buckets and rotations, not only keys)
 
-    def prepare_inputs_for_generation(self, input_ids, attention_mask=None, cache=None, use_cache=None, **kwargs):
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs, generation_mode, batch_size,
+                                      max_cache_length):
+        """``generate``'s cache: a :class:`RevLSHCache` (a user's empty ``DynamicCache`` becomes one), told the
+        prompt's length (see :meth:`RevLSHModel._prefill_then_decode`). ``cache_implementation`` other than
+        ``"dynamic"`` is refused: static, offloaded and quantized caches hold only keys and values."""
+        implementation = generation_config.cache_implementation
+        if implementation not in (None, "dynamic"):
+            raise ValueError(f"cache_implementation={implementation!r}: {type(self).__name__} decodes from its own "
+                             f"RevLSHCache; it supports cache_implementation=None or 'dynamic' (the same)")
+        cache = model_kwargs.get("cache")
+        if cache is None and generation_config.use_cache is False:
+            return
+        if cache is None:
+            cache = model_kwargs["cache"] = RevLSHCache(self.config.num_hidden_layers)
+        else:
+            cache._is_user_defined = True
+        as_rev_lsh_cache(cache, self.config.num_hidden_layers, self.config.num_attention_heads,
+                         self.config.attention_head_size, type(self).__name__)
+        if not cache.get_seq_length():
+            mask = model_kwargs.get("attention_mask")
+            cache.prompt_length = mask.shape[1] if mask is not None else getattr(generation_config, "_mask_length",
+                                                                                 None)
+
+    def prepare_inputs_for_generation(self, input_ids, attention_mask=None, cache=None, use_cache=None,
+                                      inputs_embeds=None, is_first_iteration=False, next_sequence_length=None,
+                                      **kwargs):
         """With a cache, each step feeds only the tokens it has not seen; what else the caller passed through
-        ``generate(**kwargs)`` (``output_attentions``, ``num_hashes``, ...) goes on to ``forward``."""
-        if cache is not None and cache.get_seq_length():
-            input_ids = input_ids[:, cache.get_seq_length():]
+        ``generate(**kwargs)`` (``output_attentions``, ``num_hashes``, ...) goes on to ``forward``. ``inputs_embeds``
+        (PEFT's prompt tuning) stand for the prompt in the first step."""
+        seen = cache.get_seq_length() if cache is not None else 0
+        inputs = {"input_ids": input_ids[:, seen:] if seen else input_ids}
+        if inputs_embeds is not None and not seen:
+            inputs = {"input_ids": None, "inputs_embeds": inputs_embeds}
         # (positions are the cache's own count: generate's position bookkeeping is not passed on)
         kwargs = {name: value for name, value in kwargs.items()
                   if value is not None and name not in ("position_ids", "cache_position")}
-        return {**kwargs, "input_ids": input_ids, "attention_mask": attention_mask, "cache": cache,
-                "use_cache": use_cache}
+        return {**kwargs, **inputs, "attention_mask": attention_mask, "cache": cache, "use_cache": use_cache}
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None,
-                num_hashes=None, cache=None, use_cache=None, output_hidden_states=None, output_attentions=None,
-                **kwargs) -> RevLSHCausalLMOutput:
+                num_hashes=None, past_key_values=None, use_cache=None, output_hidden_states=None,
+                output_attentions=None, token_type_ids=None, cache=None, **kwargs) -> RevLSHCausalLMOutput:
         r"""``shift_labels`` (already shifted targets) may come in ``kwargs``, as transformers' causal LMs take it: not
         a named argument, so that the ``Trainer`` counts ``labels`` alone as the label and evaluates the loss.
-        ``cache``, ``use_cache``: as :meth:`RevLSHModel.forward`'s; logits are then of the new tokens."""
+        ``past_key_values`` (or ``cache``), ``use_cache``, ``token_type_ids``: as :meth:`RevLSHModel.forward`'s;
+        logits are then of the new tokens."""
         shift_labels = kwargs.pop("shift_labels", None)
+        refuse_unknown_inputs(kwargs, token_type_ids, type(self).__name__)
+        cache = one_cache(cache, past_key_values, type(self).__name__)
         logits, outputs = self._logits(input_ids, attention_mask, position_ids, inputs_embeds, num_hashes,
                                        output_hidden_states, output_attentions, cache=cache, use_cache=use_cache)
         loss = None
@@ -564,8 +622,9 @@ class RevLSHForSequenceClassification(RevLSHPreTrainedModel):
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, labels=None,
-                num_hashes=None, output_hidden_states=None, output_attentions=None,
+                num_hashes=None, output_hidden_states=None, output_attentions=None, token_type_ids=None,
                 **kwargs) -> SequenceClassifierOutput:
+        refuse_unknown_inputs(kwargs, token_type_ids, type(self).__name__)
         outputs = self.rev_lsh(input_ids, attention_mask=attention_mask, position_ids=position_ids,
                                inputs_embeds=inputs_embeds, num_hashes=num_hashes,
                                output_hidden_states=output_hidden_states, output_attentions=output_attentions,
@@ -607,4 +666,4 @@ def last_token(input_ids, attention_mask, hidden, config) -> torch.Tensor:
 
 
 __all__ = ["RevLSHModel", "RevLSHForMaskedLM", "RevLSHForCausalLM", "RevLSHForSequenceClassification",
-           "RevLSHPreTrainedModel", "RevLSHModelOutput", "RevLSHCausalLMOutput", "RevLSHCache"]
+           "RevLSHPreTrainedModel", "RevLSHModelOutput", "RevLSHCausalLMOutput"]

@@ -1,3 +1,4 @@
+from .cache_transfo_xl import TransfoXLCache, TransfoXLMemoryLayer
 from .configuration_transfo_xl import TransfoXLConfig
 from .modeling_transfo_xl import (
     TransfoXLForSequenceClassification,
@@ -11,7 +12,7 @@ from .modeling_transfo_xl import (
 
 __all__ = ["TransfoXLConfig", "TransfoXLModel", "TransfoXLLMHeadModel", "TransfoXLForSequenceClassification",
            "TransfoXLPreTrainedModel", "TransfoXLModelOutput", "TransfoXLLMHeadModelOutput",
-           "TransfoXLSequenceClassifierOutput"]
+           "TransfoXLSequenceClassifierOutput", "TransfoXLCache", "TransfoXLMemoryLayer"]
 
 # The family's classes as hf_plm_ext's registry, the README's table and the family tester read them:
 # the Auto class each one serves

@@ -34,6 +34,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput, can_return_tuple
 from transformers.utils.output_capturing import selected_hidden_states
 
+from .cache_transfo_xl import TransfoXLCache, as_transfo_xl_cache
 from .configuration_transfo_xl import TransfoXLConfig
 from .fast_transfo_xl import (
     SoftmaxNLL,
@@ -57,6 +58,8 @@ class TransfoXLModelOutput(ModelOutput):
         mem_key_values: ``n_layer`` tensors ``[batch, min(mem_len, memory + seq), 2 * n_head * d_head]``,
             the keys and values of ``mems`` (the cache to pass as the next segment's ``mem_key_values``);
             only under ``torch.no_grad()`` and ``use_cache`` not False, else ``None``.
+        cache: the :class:`TransfoXLCache` given as ``past_key_values`` (or ``cache``), filled (then ``mems`` and
+            ``mem_key_values`` are None: the cache holds them).
         hidden_states: ``n_layer + 1`` tensors ``[batch, seq, d_model]`` with ``output_hidden_states``.
         attentions: ``n_layer`` tensors ``[batch, n_head, seq, memory + seq]`` with ``output_attentions``.
     """
@@ -64,6 +67,7 @@ class TransfoXLModelOutput(ModelOutput):
     last_hidden_state: torch.Tensor | None = None
     mems: list[torch.Tensor] | None = None
     mem_key_values: list[torch.Tensor] | None = None
+    cache: TransfoXLCache | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
 
@@ -78,7 +82,7 @@ class TransfoXLLMHeadModelOutput(ModelOutput):
             ``targets`` is ``seq - 1`` with ``labels``, ``seq`` with ``shift_labels``.
         logits: ``[batch, seq, vocab_size]``: scores with a plain softmax; log-probabilities with the
             adaptive softmax, whose full vocabulary is only computed when no labels are given.
-        mems, mem_key_values, hidden_states, attentions: as in :class:`TransfoXLModelOutput`.
+        mems, mem_key_values, cache, hidden_states, attentions: as in :class:`TransfoXLModelOutput`.
     """
 
     loss: torch.Tensor | None = None
@@ -86,6 +90,7 @@ class TransfoXLLMHeadModelOutput(ModelOutput):
     logits: torch.Tensor | None = None
     mems: list[torch.Tensor] | None = None
     mem_key_values: list[torch.Tensor] | None = None
+    cache: TransfoXLCache | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
 
@@ -99,20 +104,6 @@ class TransfoXLSequenceClassifierOutput(ModelOutput):
     mems: list[torch.Tensor] | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
-
-
-class MemoryCache:
-    """``generate``'s cache: each layer's memory ``[batch, memory, d_model]`` and, where computed, its keys and values
-    ``[batch, memory, 2 * n_head * d_head]``, kept together so that beam search reorders both."""
-
-    def __init__(self, mems: list[torch.Tensor], key_values: list[torch.Tensor] | None = None):
-        self.mems, self.key_values = mems, key_values
-
-    def reorder_cache(self, beam_idx: torch.Tensor):
-        """Keep the rows of the beams that go on (transformers' beam search calls this after every step)."""
-        self.mems = [memory.index_select(0, beam_idx.to(memory.device)) for memory in self.mems]
-        if self.key_values is not None:
-            self.key_values = [kv.index_select(0, beam_idx.to(kv.device)) for kv in self.key_values]
 
 
 def sinusoid_embeddings(distances: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
@@ -180,6 +171,17 @@ def causal_memory_bias(qlen: int, mlen: int, mem_len: int, same_length: bool, dt
         shift = qlen - overflow if overflow > 0 else qlen
         mask = mask | torch.tril(ones, diagonal=-shift)
     return torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill_(mask, -math.inf)
+
+
+def decoding_memory_bias(qlen: int, mlen: int, mem_len: int, same_length: bool, dtype, device) -> torch.Tensor:
+    """``[q, mlen + q]`` additive bias for tokens decoded after ``mlen`` remembered positions: each query sees the
+    ``mem_len`` positions before it and itself (``same_length``: ``mem_len`` keys, itself included), what it sees when
+    the tokens come one at a time with a memory of ``mem_len``."""
+    query_positions = torch.arange(mlen, mlen + qlen, device=device)[:, None]
+    key_positions = torch.arange(mlen + qlen, device=device)[None, :]
+    width = mem_len if same_length and mem_len > 0 else mem_len + 1
+    blocked = (key_positions > query_positions) | (key_positions <= query_positions - width)
+    return torch.zeros(blocked.shape, dtype=dtype, device=device).masked_fill_(blocked, -math.inf)
 
 
 def plain_memory_key_value(qkv_net, memory, inner):
@@ -492,12 +494,22 @@ def has_left_padding(attention_mask) -> bool:
     return bool((mask[:, 1:] & ~mask[:, :-1]).any())
 
 
-def refuse_unknown_arguments(kwargs: dict, model: str):
-    """A misspelt or unsupported argument is an error, not silently ignored. ``token_type_ids`` (what BERT-style
-    tokenizers return) is the one accepted and ignored: Transformer-XL has no segment embeddings."""
-    unknown = sorted(set(kwargs) - {"token_type_ids"})
-    if unknown:
-        raise TypeError(f"{model}.forward() got unexpected arguments {unknown}")
+def refuse_unknown_arguments(kwargs: dict, token_type_ids, model: str):
+    """What a tokenizer returns is accepted; what the model cannot honour is refused, never ignored: token types
+    (Transformer-XL has none) pass only as a row of zeros, and an unknown argument is an error."""
+    if token_type_ids is not None and bool(token_type_ids.ne(0).any()):
+        raise ValueError(f"{model}: Transformer-XL has no token type embeddings: token_type_ids must be all zeros (a "
+                         f"single segment) or not given")
+    if kwargs:
+        raise TypeError(f"{model}.forward() got unexpected arguments {sorted(kwargs)}")
+
+
+def one_cache(cache, past_key_values):
+    """``past_key_values`` (transformers' name until 5.x, PEFT's) and ``cache`` (transformers 5.25's) are one
+    argument."""
+    if cache is not None and past_key_values is not None and cache is not past_key_values:
+        raise ValueError("pass the cache once, as past_key_values or as cache, not both")
+    return cache if cache is not None else past_key_values
 
 
 class TransfoXLPreTrainedModel(PreTrainedModel):
@@ -640,7 +652,8 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
     @can_return_tuple
     def forward(self, input_ids=None, mems=None, inputs_embeds=None, attention_mask=None, output_attentions=None,
                 output_hidden_states=None, mem_key_values=None, use_cache=None, mem_len=None,
-                clamp_len=None, same_length=None, **kwargs) -> TransfoXLModelOutput | tuple:
+                clamp_len=None, same_length=None, past_key_values=None, token_type_ids=None, cache=None,
+                **kwargs) -> TransfoXLModelOutput | tuple:
         """input_ids ``[batch, seq]`` (or inputs_embeds ``[batch, seq, d_model]``); mems from the previous
         segment's output. ``attention_mask`` may mark padding on the right only (Transformer-XL has no padding
         mask: causal attention never reaches right padding, so the real tokens' states are those of each row alone,
@@ -653,8 +666,20 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
         ``mem_key_values`` (the previous output's, with its ``mems``) spares recomputing the memory's keys
         and values, as ``past_key_values`` do elsewhere in transformers: valid only while the weights are
         unchanged, so only under ``torch.no_grad()`` (evaluation, generation). ``use_cache=False`` returns none.
+
+        ``past_key_values`` (or ``cache``, transformers 5.25's name): the memory as a :class:`TransfoXLCache` (or an
+        empty ``DynamicCache``), which this call fills and returns as ``cache``: the decoding API of ``generate``.
+        Tokens after a filled cache are decoded: each attends to the ``mem_len`` positions before it (and itself),
+        as if fed one at a time, so that several at once (assisted decoding) give what one at a time gives.
+
+        ``token_type_ids``: accepted as tokenizers return them, all zeros (no token types in Transformer-XL).
         """
-        refuse_unknown_arguments(kwargs, "TransfoXLModel")
+        refuse_unknown_arguments(kwargs, token_type_ids, "TransfoXLModel")
+        cache = as_transfo_xl_cache(one_cache(cache, past_key_values), self.config.n_layer, self.config.d_model,
+                                    "TransfoXLModel")
+        if cache is not None and (mems is not None or mem_key_values is not None):
+            raise ValueError("pass the memory once: mems (and mem_key_values), the segment API, or past_key_values "
+                             "(a Cache), not both")
         output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
         chosen = output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         output_hidden_states = chosen is not False and chosen is not None
@@ -664,24 +689,48 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
             raise ValueError("transfo-xl has no padding mask: pad on the right, where causal attention never reaches "
                              "the padding (this attention_mask has padding before a token)")
         hidden = self.word_emb(input_ids) if inputs_embeds is None else inputs_embeds
-        batch_size, qlen = hidden.shape[:2]
-        if mems is not None and len(mems) == 0:
-            mems = None
-        if mems is not None:
-            self._check_mems(mems, batch_size)
-            mems = [m.to(hidden.dtype) for m in mems]
-        if mem_key_values is not None:
-            self._check_mem_key_values(mem_key_values, mems)
-            mem_key_values = [key_value.to(hidden.dtype) for key_value in mem_key_values]
         mem_len = self.config.mem_len if mem_len is None else mem_len
         clamp_len = self.config.clamp_len if clamp_len is None else clamp_len
         same_length = self.config.same_length if same_length is None else same_length
         if mem_len < 0:
             raise ValueError(f"mem_len must be >= 0 (0: no memory), got {mem_len}")
+        settings = dict(mem_len=mem_len, clamp_len=clamp_len, same_length=same_length,
+                        output_attentions=output_attentions)
+        if cache is not None:
+            return self._forward_with_cache(hidden, cache, chosen, settings)
+        batch_size = hidden.shape[0]
+        if mems is not None and len(mems) == 0:
+            mems = None
+        if mems is not None:
+            self._check_mems(mems, batch_size)
+        if mem_key_values is not None:
+            self._check_mem_key_values(mem_key_values, mems)
+        hidden, layer_inputs, attentions, key_values = self._layers(hidden, mems, mem_key_values, **settings)
+        new_mems = self._updated_mems(layer_inputs, mems, mem_len)
+        # key_values cover [memory; segment], the rows of the new mems: their last mem_len are its cache
+        caching = new_mems is not None and use_cache is not False and not torch.is_grad_enabled()
+        return TransfoXLModelOutput(
+            last_hidden_state=hidden, mems=new_mems,
+            mem_key_values=[key_value[:, -mem_len:] for key_value in key_values] if caching else None,
+            hidden_states=chosen_hidden_states((*layer_inputs, hidden), chosen) if output_hidden_states else None,
+            attentions=tuple(attentions) if output_attentions else None)
+
+    def _layers(self, hidden, mems, mem_key_values, mem_len, clamp_len, same_length, output_attentions,
+                decoding=False):
+        """The stack over one segment: ``(output, each layer's input, attentions, each layer's keys and values over
+        [memory; segment])``. ``decoding``: each token sees the ``mem_len`` positions before it (and itself)
+        instead of the whole memory and the segment before it."""
+        qlen = hidden.shape[1]
+        if mems is not None:
+            mems = [m.to(hidden.dtype) for m in mems]
+        if mem_key_values is not None:
+            mem_key_values = [key_value.to(hidden.dtype) for key_value in mem_key_values]
         mlen = 0 if mems is None else mems[0].shape[1]
         klen = mlen + qlen
-        attention_bias = causal_memory_bias(qlen, mlen, mem_len, same_length, hidden.dtype,
-                                            hidden.device)  # once for all layers
+        if decoding:
+            attention_bias = decoding_memory_bias(qlen, mlen, mem_len, same_length, hidden.dtype, hidden.device)
+        else:  # once for all layers
+            attention_bias = causal_memory_bias(qlen, mlen, mem_len, same_length, hidden.dtype, hidden.device)
         distances = torch.arange(klen - 1, -1, -1, device=hidden.device)
         if clamp_len > 0:
             distances = distances.clamp(max=clamp_len)
@@ -697,15 +746,41 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
                 memory_key_value=None if mem_key_values is None else mem_key_values[i])
             attentions.append(probs)
             key_values.append(key_value)
-        new_mems = self._updated_mems(layer_inputs, mems, mem_len)
-        # key_values cover [memory; segment], the rows of the new mems: their last mem_len are its cache
-        caching = new_mems is not None and use_cache is not False and not torch.is_grad_enabled()
-        hidden = self.drop(hidden)
+        return self.drop(hidden), layer_inputs, attentions, key_values
+
+    def _forward_with_cache(self, hidden, cache, chosen, settings):
+        """A call with the memory as a :class:`TransfoXLCache`: the prompt (an empty cache) as a segment, tokens
+        after it decoded; the cache updated in place. ``generate``'s cache knows its prompt's length: a first call
+        with more tokens (assisted decoding: the prompt and a draft) runs the prompt as a segment and decodes the
+        rest, as plain greedy decoding does."""
+        prompt_length = getattr(cache, "prompt_length", None)
+        if not cache.get_seq_length() and prompt_length is not None and 0 < prompt_length < hidden.shape[1]:
+            cache.prompt_length = None
+            first = self._forward_with_cache(hidden[:, :prompt_length], cache, chosen, settings)
+            rest = self._forward_with_cache(hidden[:, prompt_length:], cache, chosen, settings)
+            joined = lambda a, b: None if a is None else tuple(  # noqa: E731
+                None if x is None else torch.cat([x, y], dim=1 if x.dim() == 3 else 2) for x, y in zip(a, b))
+            return TransfoXLModelOutput(
+                last_hidden_state=torch.cat([first.last_hidden_state, rest.last_hidden_state], dim=1),
+                cache=cache, hidden_states=joined(first.hidden_states, rest.hidden_states), attentions=None)
+        memory = None if cache.layers[0].memory is None else [layer.memory for layer in cache.layers]
+        if memory is not None:
+            self._check_mems(memory, hidden.shape[0])
+        stored = [layer.key_value for layer in cache.layers]
+        key_values_known = memory is not None and not torch.is_grad_enabled() and all(
+            kv is not None for kv in stored)
+        output, layer_inputs, attentions, key_values = self._layers(
+            hidden, memory, stored if key_values_known else None, decoding=cache.get_seq_length() > 0, **settings)
+        qlen, keep_keys = hidden.shape[1], not torch.is_grad_enabled()
+        with torch.no_grad():
+            for i, (layer, layer_input, key_value) in enumerate(zip(cache.layers, layer_inputs, key_values)):
+                rows = layer_input if memory is None else torch.cat([memory[i], layer_input], dim=1)
+                layer.remember(rows.detach(), key_value.detach() if keep_keys else None, qlen, settings["mem_len"])
         return TransfoXLModelOutput(
-            last_hidden_state=hidden, mems=new_mems,
-            mem_key_values=[key_value[:, -mem_len:] for key_value in key_values] if caching else None,
-            hidden_states=chosen_hidden_states((*layer_inputs, hidden), chosen) if output_hidden_states else None,
-            attentions=tuple(attentions) if output_attentions else None)
+            last_hidden_state=output, cache=cache,
+            hidden_states=chosen_hidden_states((*layer_inputs, output), chosen) if chosen not in (None, False)
+            else None,
+            attentions=tuple(attentions) if settings["output_attentions"] else None)
 
 
 class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
@@ -744,41 +819,62 @@ class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
-        return False  # the cache is the memory (``mems``)
+        return False  # the cache is the memory (a TransfoXLCache)
 
-    def _update_model_kwargs_for_generation(self, outputs, model_kwargs, is_encoder_decoder=False,
-                                            num_new_tokens=1):
-        model_kwargs = super()._update_model_kwargs_for_generation(outputs, model_kwargs, is_encoder_decoder,
-                                                                   num_new_tokens)
-        if model_kwargs.get("use_cache", True):
-            model_kwargs["mems"] = None if outputs.mems is None else MemoryCache(outputs.mems, outputs.mem_key_values)
-        return model_kwargs
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs, generation_mode, batch_size,
+                                      max_cache_length):
+        """``generate``'s cache: a :class:`TransfoXLCache` (a user's empty ``DynamicCache`` becomes one; ``mems``
+        passed to ``generate`` are its starting memory), told the prompt's length (see
+        :meth:`TransfoXLModel._forward_with_cache`). ``cache_implementation`` other than ``"dynamic"`` is refused:
+        static, offloaded and quantized caches hold keys and values, not a memory of layer inputs."""
+        implementation = generation_config.cache_implementation
+        if implementation not in (None, "dynamic"):
+            raise ValueError(f"cache_implementation={implementation!r}: Transformer-XL decodes from its segment "
+                             f"memory (TransfoXLCache); it supports cache_implementation=None or 'dynamic' (the same)")
+        cache, mems = model_kwargs.get("cache"), model_kwargs.pop("mems", None)
+        if cache is not None and mems is not None:
+            raise ValueError("pass the memory once: mems or past_key_values, not both")
+        if mems is not None:
+            cache = model_kwargs["cache"] = TransfoXLCache.from_mems(mems, model_kwargs.pop("mem_key_values", None))
+        if cache is None and (generation_config.use_cache is False or not self.config.mem_len):
+            return  # no memory (mem_len 0): each step recomputes the whole prefix
+        if cache is None:
+            cache = model_kwargs["cache"] = TransfoXLCache(self.config.n_layer)
+        else:
+            cache._is_user_defined = True
+        as_transfo_xl_cache(cache, self.config.n_layer, self.config.d_model, type(self).__name__)
+        if not cache.get_seq_length():
+            mask = model_kwargs.get("attention_mask")
+            cache.prompt_length = mask.shape[1] if mask is not None else getattr(generation_config, "_mask_length",
+                                                                                 None)
 
     def _prepare_attention_mask_for_generation(self, inputs_tensor, generation_config, model_kwargs):
         """All ones: Transformer-XL has no padding mask, so a pad token in a prompt is one more token (transformers
         would mask it, and the model refuses a mask)."""
         return torch.ones(inputs_tensor.shape[:2], dtype=torch.long, device=inputs_tensor.device)
 
-    def prepare_inputs_for_generation(self, input_ids, next_sequence_length=None, mems=None, **kwargs):
-        """With memory, each step feeds only the new token (generate's ``use_cache``)."""
-        if mems is None and next_sequence_length is not None and input_ids.shape[1] > next_sequence_length:
-            next_sequence_length = None  # memory off (mem_len 0): recompute over the whole prefix
-        inputs = super().prepare_inputs_for_generation(input_ids, next_sequence_length=next_sequence_length,
-                                                       **kwargs)
-        if isinstance(mems, MemoryCache):
-            inputs["mems"], inputs["mem_key_values"] = mems.mems, mems.key_values
-        else:  # the caller's own mems to start from, or none
-            inputs["mems"] = mems
-        return inputs
+    def prepare_inputs_for_generation(self, input_ids, next_sequence_length=None, cache=None, inputs_embeds=None,
+                                      is_first_iteration=False, **kwargs):
+        """With the memory, each step feeds only the tokens it has not seen; without (``mem_len`` 0 or
+        ``use_cache=False``) the whole prefix. ``inputs_embeds`` (PEFT's prompt tuning) stand for the prompt in the
+        first step."""
+        seen = cache.get_seq_length() if cache is not None else 0
+        inputs = {"input_ids": input_ids[:, seen:] if seen else input_ids}
+        if inputs_embeds is not None and not seen:
+            inputs = {"input_ids": None, "inputs_embeds": inputs_embeds}
+        kwargs = {name: value for name, value in kwargs.items()
+                  if value is not None and name not in ("position_ids", "cache_position", "token_type_ids")}
+        return {**kwargs, **inputs, "cache": cache}
 
     @can_return_tuple
     def forward(self, input_ids=None, mems=None, labels=None, shift_labels=None, inputs_embeds=None,
                 attention_mask=None, output_attentions=None, output_hidden_states=None,
                 use_cache=None, mem_key_values=None, mem_len=None, clamp_len=None, same_length=None,
-                **kwargs) -> TransfoXLLMHeadModelOutput | tuple:
+                past_key_values=None, token_type_ids=None, cache=None, **kwargs) -> TransfoXLLMHeadModelOutput | tuple:
         """Args:
             input_ids: ``[batch, seq]``; mems: the previous segment's ``mems`` (or None).
             mem_key_values, use_cache: the memory's key/value cache, see :meth:`TransfoXLModel.forward`.
+            past_key_values (or ``cache``), token_type_ids: see :meth:`TransfoXLModel.forward`.
             labels: ``[batch, seq]``, usually ``input_ids``; position ``t`` predicts ``labels[t + 1]``.
             shift_labels: ``[batch, seq]`` targets already shifted (position ``t`` predicts
                 ``shift_labels[t]``), e.g. the next segment's first token at the last position; given with
@@ -786,11 +882,12 @@ class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
                 causal-LM loss. -100 is ignored in both.
             mem_len, clamp_len, same_length: this call's memory settings (default: the config's).
         """
-        refuse_unknown_arguments(kwargs, "TransfoXLLMHeadModel")
+        refuse_unknown_arguments(kwargs, token_type_ids, "TransfoXLLMHeadModel")
         outputs = self.transformer(input_ids, mems=mems, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
                                    output_attentions=output_attentions, output_hidden_states=output_hidden_states,
                                    mem_key_values=mem_key_values, use_cache=use_cache, mem_len=mem_len,
-                                   clamp_len=clamp_len, same_length=same_length, return_dict=True)
+                                   clamp_len=clamp_len, same_length=same_length,
+                                   cache=one_cache(cache, past_key_values), return_dict=True)
         hidden = outputs.last_hidden_state
         if shift_labels is not None:
             labels = None
@@ -815,7 +912,7 @@ class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
             if labels is not None:
                 losses = losses[:, :-1]
         return TransfoXLLMHeadModelOutput(loss=loss, losses=losses, logits=logits, mems=outputs.mems,
-                                          mem_key_values=outputs.mem_key_values,
+                                          mem_key_values=outputs.mem_key_values, cache=outputs.cache,
                                           hidden_states=outputs.hidden_states, attentions=outputs.attentions)
 
 
@@ -832,14 +929,14 @@ class TransfoXLForSequenceClassification(TransfoXLPreTrainedModel):
     @can_return_tuple
     def forward(self, input_ids=None, mems=None, labels=None, inputs_embeds=None, attention_mask=None,
                 output_attentions=None, output_hidden_states=None, mem_len=None, clamp_len=None,
-                same_length=None, **kwargs) -> TransfoXLSequenceClassifierOutput | tuple:
+                same_length=None, token_type_ids=None, **kwargs) -> TransfoXLSequenceClassifierOutput | tuple:
         """input_ids ``[batch, seq]`` right-padded with ``pad_token_id`` (or ``attention_mask`` 1 = token).
 
         The mask only locates each row's last token: with right padding, causal attention never
         reaches the padding, so the encoder needs no mask. The loss follows ``config.problem_type`` as
         transformers' classifiers do (unset: regression for one label, single-label for integer labels,
         multi-label for float labels)."""
-        refuse_unknown_arguments(kwargs, "TransfoXLForSequenceClassification")
+        refuse_unknown_arguments(kwargs, token_type_ids, "TransfoXLForSequenceClassification")
         if attention_mask is not None:
             lengths = attention_mask.sum(-1)
         elif input_ids is not None and self.config.pad_token_id is not None:
@@ -860,4 +957,5 @@ class TransfoXLForSequenceClassification(TransfoXLPreTrainedModel):
 
 
 __all__ = ["TransfoXLModel", "TransfoXLLMHeadModel", "TransfoXLForSequenceClassification", "TransfoXLPreTrainedModel",
-           "TransfoXLModelOutput", "TransfoXLLMHeadModelOutput", "TransfoXLSequenceClassifierOutput"]
+           "TransfoXLModelOutput", "TransfoXLLMHeadModelOutput", "TransfoXLSequenceClassifierOutput",
+           "TransfoXLCache"]

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, DataCollatorForLanguageModeling
 
 from hf_plm_ext.data.token_blocks import token_blocks
+from hf_plm_ext.data.tokenizer_training import make_causal
 from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.training.objectives.base import MaskedInputArguments, special_token_ids
 from hf_plm_ext.training.objectives.mlm import MaskedLM
@@ -50,11 +51,9 @@ class RevLSHPretraining(MaskedLM):
 
     def prepare_tokenizer(self, tokenizer):
         """A causal model's text is ``[CLS] ... [SEP]`` blocks: those are its bos and eos (generation stops at eos;
-        lm-eval reads both)."""
+        lm-eval reads both); a prompt is ``[CLS] text``, without the eos (:func:`make_causal`)."""
         if self.args.causal:
-            for name, block_token in (("bos_token", tokenizer.cls_token), ("eos_token", tokenizer.sep_token)):
-                if getattr(tokenizer, name) is None and block_token is not None:
-                    setattr(tokenizer, name, block_token)
+            make_causal(tokenizer)
 
     def fresh_config(self, tokenizer):
         from hf_plm_ext.modeling.rev_lsh import RevLSHConfig
