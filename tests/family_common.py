@@ -77,6 +77,8 @@ class Tiny:
     hidden_state_width: Callable = text_hidden_size
     # a forward argument that generate(**kwargs) must hand on to every step, and a value for it (generating families)
     generate_argument: tuple | None = None
+    # overrides that make a smaller model of the family: an assistant for assisted decoding (generating families)
+    assistant: dict | None = None
 
     def __call__(self, **overrides):
         return self.make(**overrides)
@@ -90,12 +92,16 @@ def both_halves(config) -> int:
 TINY_CONFIGS = {
     "macbert": Tiny(tiny_macbert),
     "electra-rtd": Tiny(tiny_electra_rtd),
-    "transfo-xl": Tiny(tiny_transfo_xl, generate_argument=("clamp_len", 3)),
-    "transfo-xl-adaptive": Tiny(tiny_transfo_xl_adaptive, generate_argument=("clamp_len", 3)),
+    "transfo-xl": Tiny(tiny_transfo_xl, generate_argument=("clamp_len", 3), assistant=dict(n_layer=1)),
+    "transfo-xl-adaptive": Tiny(tiny_transfo_xl_adaptive, generate_argument=("clamp_len", 3),
+                                assistant=dict(n_layer=1)),
     # rev-lsh: its hidden states are the two reversible halves side by side
-    "rev-lsh": Tiny(tiny_rev_lsh, both_halves, generate_argument=("num_hashes", 1)),
-    "rev-lsh-plain": Tiny(tiny_rev_lsh_plain, both_halves, generate_argument=("num_hashes", 1)),
-    "rev-lsh-rotary": Tiny(tiny_rev_lsh_rotary, both_halves, generate_argument=("num_hashes", 1)),
+    "rev-lsh": Tiny(tiny_rev_lsh, both_halves, generate_argument=("num_hashes", 1),
+                    assistant=dict(attn_layers=["lsh"])),
+    "rev-lsh-plain": Tiny(tiny_rev_lsh_plain, both_halves, generate_argument=("num_hashes", 1),
+                          assistant=dict(attn_layers=["local"])),
+    "rev-lsh-rotary": Tiny(tiny_rev_lsh_rotary, both_halves, generate_argument=("num_hashes", 1),
+                           assistant=dict(attn_layers=["lsh", "local"])),
     "k-adapter": Tiny(tiny_k_adapter),
 }
 

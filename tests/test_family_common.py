@@ -498,3 +498,126 @@ def test_checkpoints_saved_by_earlier_code_load_and_give_the_same_outputs(folder
     saved = load_file(folder / "expected.safetensors")
     with torch.no_grad():
         torch.testing.assert_close(first_output(run(model.eval(), saved["input_ids"])), saved["expected"])
+
+
+@pytest.mark.parametrize("variant,auto_name,model_class", CASES, ids=CASE_IDS)
+def test_unknown_keywords_are_refused_and_a_row_of_zero_token_types_is_taken(variant, auto_name, model_class):
+    """What a tokenizer returns goes into forward; a keyword the model cannot honour is an error, never ignored."""
+    model = build(variant, model_class)
+    ids = input_ids()
+    with pytest.raises(TypeError, match="unexpected (keyword )?argument.*bogus"):
+        run(model, ids, bogus=1)
+    with torch.no_grad():
+        expected = first_output(run(model, ids))
+        torch.testing.assert_close(first_output(run(model, ids, token_type_ids=torch.zeros_like(ids))), expected)
+    if model.config.model_type in ("rev-lsh", "transfo-xl"):  # no token type embeddings
+        with pytest.raises(ValueError, match="token_type_ids must be all zeros"):
+            run(model, ids, token_type_ids=torch.ones_like(ids))
+
+
+def greedy(model, prompt, **kwargs):
+    out = model.generate(prompt, max_new_tokens=12, min_new_tokens=12, do_sample=False, return_dict_in_generate=True,
+                         output_scores=True, pad_token_id=0, **kwargs)
+    return out.sequences, torch.stack(out.scores, 1)
+
+
+def long_prompt(variant):
+    """Past a chunk (rev-lsh) and past the memory (Transformer-XL's mem_len 8), with repeats for prompt lookup."""
+    head = input_ids(batch=1, length=6)
+    return torch.cat([head, head, head[:, :3]], dim=1)
+
+
+@pytest.mark.parametrize("variant,model_class", GENERATORS, ids=[f"{v}-{m.__name__}" for v, m in GENERATORS])
+def test_a_user_cache_gives_the_default_cache_s_tokens_with_greedy_and_beam_search(variant, model_class):
+    from transformers import DynamicCache
+
+    model = build(variant, model_class)
+    prompt = long_prompt(variant)
+    expected, expected_scores = greedy(model, prompt)
+    given = DynamicCache()
+    tokens, scores = greedy(model, prompt, past_key_values=given)
+    assert torch.equal(tokens, expected)
+    torch.testing.assert_close(scores, expected_scores)
+    assert given.get_seq_length() == tokens.shape[1] - 1  # the user's cache was filled (the last token is not fed)
+    beams = model.generate(prompt.repeat(2, 1), max_new_tokens=6, num_beams=3, do_sample=False, pad_token_id=0)
+    assert torch.equal(model.generate(prompt.repeat(2, 1), max_new_tokens=6, num_beams=3, do_sample=False,
+                                      pad_token_id=0, past_key_values=DynamicCache()), beams)
+
+
+@pytest.mark.parametrize("assistant", ["same", "random", "smaller", "prompt_lookup"])
+@pytest.mark.parametrize("variant,model_class", GENERATORS, ids=[f"{v}-{m.__name__}" for v, m in GENERATORS])
+def test_assisted_decoding_and_prompt_lookup_match_greedy_search(variant, model_class, assistant):
+    """transformers' ``test_assisted_decoding_matches_greedy_search`` (same / random assistant) and
+    ``test_prompt_lookup_decoding_matches_greedy_search``, and a smaller assistant of the family: greedy's tokens and
+    scores, whatever the drafts (a random assistant's are mostly rejected, so the cache is cropped)."""
+    model = build(variant, model_class)
+    prompt = long_prompt(variant)
+    expected, expected_scores = greedy(model, prompt)
+    if assistant == "prompt_lookup":
+        options = dict(prompt_lookup_num_tokens=3)
+    else:
+        helper = {"same": lambda: model, "random": lambda: build(variant, model_class, seed=1),
+                  "smaller": lambda: build(variant, model_class, seed=2, **TINY_CONFIGS[variant].assistant)}[assistant]()
+        helper.generation_config.num_assistant_tokens = 3
+        options = dict(assistant_model=helper)
+    tokens, scores = greedy(model, prompt, **options)
+    assert torch.equal(tokens, expected)
+    torch.testing.assert_close(scores, expected_scores, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("variant,model_class", GENERATORS, ids=[f"{v}-{m.__name__}" for v, m in GENERATORS])
+def test_assisted_decoding_and_prompt_lookup_sample(variant, model_class):
+    """transformers' ``test_assisted_decoding_sample``: sampling with drafts runs and returns the asked length."""
+    model = build(variant, model_class)
+    prompt = long_prompt(variant)
+    helper = build(variant, model_class, seed=2, **TINY_CONFIGS[variant].assistant)
+    for options in (dict(assistant_model=helper), dict(prompt_lookup_num_tokens=3)):
+        torch.manual_seed(0)
+        out = model.generate(prompt, max_new_tokens=8, min_new_tokens=8, do_sample=True, top_k=5, pad_token_id=0,
+                             **options)
+        assert out.shape == (1, prompt.shape[1] + 8) and torch.equal(out[:, :prompt.shape[1]], prompt)
+
+
+@pytest.mark.parametrize("variant,model_class", GENERATORS, ids=[f"{v}-{m.__name__}" for v, m in GENERATORS])
+def test_crop_takes_back_the_last_call_s_tokens(variant, model_class):
+    model = build(variant, model_class)
+    ids = long_prompt(variant)
+    with torch.no_grad():
+        cache = model(ids[:, :9], use_cache=True).cache
+        model(ids[:, 9:12], cache=cache)  # a draft of three
+        cache.crop(-2)
+        assert cache.get_seq_length() == 10
+        continued = model(ids[:, 10:], cache=cache).logits
+        fresh = model(ids[:, :9], use_cache=True).cache
+        expected = model(ids[:, 9:], cache=fresh).logits[:, 1:]
+    torch.testing.assert_close(continued, expected, atol=1e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match="crop"):
+        cache.crop(3)  # transformers' convention: minus the count
+
+
+@pytest.mark.parametrize("implementation", ["static", "offloaded", "quantized", "sliding_window"])
+@pytest.mark.parametrize("variant,model_class", GENERATORS, ids=[f"{v}-{m.__name__}" for v, m in GENERATORS])
+def test_cache_implementations_the_family_cannot_honour_are_refused(variant, model_class, implementation):
+    model = build(variant, model_class)
+    with pytest.raises(ValueError, match=f"cache_implementation='{implementation}'.*'dynamic'"):
+        model.generate(input_ids(length=4), max_new_tokens=2, cache_implementation=implementation)
+
+
+@pytest.mark.parametrize("variant,model_class", GENERATORS, ids=[f"{v}-{m.__name__}" for v, m in GENERATORS])
+def test_a_cache_of_another_kind_or_another_model_is_refused(variant, model_class):
+    from transformers import DynamicCache
+
+    model = build(variant, model_class)
+    ids = input_ids(length=4)
+    foreign = DynamicCache()  # what PEFT's prefix tuning passes: keys and values of virtual tokens
+    foreign.update(torch.zeros(2, 2, 3, 8), torch.zeros(2, 2, 3, 8), layer_idx=0)
+    with pytest.raises(ValueError, match="prompt tuning or LoRA"):
+        model(ids, past_key_values=foreign)
+    overrides = ({"n_layer": 3} if model.config.model_type == "transfo-xl"
+                 else {"attn_layers": ["local", "lsh", "full", "full"]})
+    with torch.no_grad():
+        other = build(variant, model_class, **overrides)(ids, use_cache=True).cache
+    with pytest.raises(ValueError, match="another model"):
+        model(ids[:, -1:], past_key_values=other)
+    with pytest.raises(ValueError, match="not both"):
+        model(ids, past_key_values=DynamicCache(), cache=DynamicCache())

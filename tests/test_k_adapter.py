@@ -103,7 +103,26 @@ def test_training_moves_the_adapters_fusion_and_head_and_never_the_backbone(tmp_
     changed = {name for name, p in model.named_parameters() if not torch.equal(p, before[name])}
     assert changed and not any(".backbone." in name or ".linguistic." in name for name in changed)
     assert any(".factual." in name for name in changed) and any("fusion" in name for name in changed)
-    assert {"out_proj.weight", "dense.weight"} <= changed
+    assert {"classifier.out_proj.weight", "classifier.dense.weight"} <= changed
+
+
+def test_a_checkpoint_with_the_head_at_the_top_level_loads_into_the_classifier_and_saves_the_new_names(tmp_path):
+    """Before the head was one module (``classifier``) its layers were saved as ``dense.*`` / ``out_proj.*``."""
+    from safetensors.torch import load_file, save_file
+
+    torch.manual_seed(0)
+    model = KAdapterForSequenceClassification(tiny_k_adapter(num_labels=3)).eval()
+    model.save_pretrained(tmp_path / "old")
+    weights = tmp_path / "old" / "model.safetensors"
+    save_file({key.removeprefix("classifier."): value for key, value in load_file(weights).items()}, weights,
+              metadata={"format": "pt"})
+    reloaded, info = KAdapterForSequenceClassification.from_pretrained(tmp_path / "old", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded.eval()(ids(2)).logits, model(ids(2)).logits)
+    reloaded.save_pretrained(tmp_path / "new")
+    saved = load_file(tmp_path / "new" / "model.safetensors")
+    assert "classifier.dense.weight" in saved and "dense.weight" not in saved
 
 
 def test_entity_typing_and_relation_heads_read_the_marked_positions(tmp_path):
@@ -224,7 +243,7 @@ def test_adapters_start_near_the_identity_while_fusion_and_head_pass_the_backbon
     model = KAdapterForSequenceClassification(tiny_k_adapter(num_labels=1, problem_type="regression")).eval()
     adapter_std = model.k_adapter.adapters["factual"].blocks[0].down_project.weight.std().item()
     fusion_std = model.k_adapter.fusion.per_adapter[0].weight.std().item()
-    head_std = model.dense.weight.std().item()
+    head_std = model.classifier.dense.weight.std().item()
     assert adapter_std == pytest.approx(2e-4, rel=0.2)
     assert fusion_std == pytest.approx(0.02, rel=0.2) and head_std == pytest.approx(0.02, rel=0.2)
     with torch.no_grad():

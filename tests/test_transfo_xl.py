@@ -440,7 +440,7 @@ def test_generate_with_memory_equals_recomputing_the_prefix():
     fed, cache_read = [], []
     hooks = [model.transformer.register_forward_pre_hook(lambda module, args: fed.append(args[0].shape[1])),
              model.transformer.register_forward_pre_hook(  # the memory's keys and values the model is given
-                 lambda module, args, kwargs: cache_read.append(kwargs["cache"].layers[0].key_value is not None),
+                 lambda module, args, kwargs: cache_read.append(kwargs["cache"].layers[0].key_values is not None),
                  with_kwargs=True)]
     with_memory = model.generate(prompt, max_new_tokens=12, do_sample=False, use_cache=True)
     for hook in hooks:

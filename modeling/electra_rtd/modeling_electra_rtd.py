@@ -18,6 +18,8 @@ A pre-training run's folder also loads as its discriminator, for fine-tuning wit
 weights are left unread.
 """
 
+import functools
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -61,12 +63,32 @@ class ElectraRTDOutput(ModelOutput):
     attentions: tuple[torch.Tensor, ...] | None = None
 
 
+@functools.cache
+def _forward_parameters(model_class) -> frozenset:
+    return frozenset(inspect.signature(model_class.forward).parameters) - {"self", "kwargs"}
+
+
+def refuse_unknown_keywords(model, args, kwargs):
+    """A forward pre-hook: a keyword the model does not honour is an error, not silently ignored (transformers'
+    models take ``**kwargs`` and pass them down, where an unknown one vanishes)."""
+    unknown = sorted(set(kwargs) - _forward_parameters(type(model)) - set(model.passed_on_keywords))
+    if unknown:
+        raise TypeError(f"{type(model).__name__}.forward() got unexpected arguments {unknown}")
+
+
 class ElectraRTDPreTrainedModel(PreTrainedModel):
     config: ElectraRTDConfig
     base_model_prefix = "discriminator"
     supports_gradient_checkpointing = True
     _supports_sdpa = True
     accepts_loss_kwargs = False  # the loss is a mean: the Trainer scales it for gradient accumulation
+    # what forward's **kwargs pass on to transformers' ELECTRA, which honours them
+    passed_on_keywords = ("position_ids", "inputs_embeds", "output_attentions", "output_hidden_states", "return_dict",
+                          "past_key_values", "cache", "use_cache")
+
+    def post_init(self):
+        super().post_init()
+        self.register_forward_pre_hook(refuse_unknown_keywords, with_kwargs=True)
 
     def _output_flags(self, kwargs: dict) -> dict:
         """``kwargs`` with the config's ``output_hidden_states`` / ``output_attentions`` where the call leaves them
@@ -93,6 +115,8 @@ class ElectraForRTDPreTraining(ElectraRTDPreTrainedModel):
     # {tied: source}: one embedding module serves both halves (the generator adds its own output-layer tie).
     _tied_weights_keys = {f"generator.electra.embeddings.{name}": f"discriminator.electra.embeddings.{name}"
                           for name in SHARED_EMBEDDINGS}
+
+    passed_on_keywords = ("position_ids", "return_dict")  # (to both halves)
 
     def __init__(self, config: ElectraRTDConfig):
         super().__init__(config)

@@ -130,6 +130,7 @@ class KAdapterPreTrainedModel(PreTrainedModel):
     accepts_loss_kwargs = False
     # not saved when the backbone is referenced by path: loaded from there (load_backbone)
     _keys_to_ignore_on_load_missing = [r"backbone\."]
+    renamed_keys = None  # {old key pattern: new}, for checkpoints written before a rename
 
     def _init_weights(self, module):
         """The adapters at ``adapter_initializer_range`` (the paper's 0.0002); the fusion and heads as the backbone's
@@ -169,8 +170,13 @@ class KAdapterPreTrainedModel(PreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
+        renaming = cls.renamed_keys and kwargs.get("key_mapping") is None
+        if renaming:
+            kwargs["key_mapping"] = cls.renamed_keys
         loaded = super().from_pretrained(*args, **kwargs)
         model = loaded[0] if isinstance(loaded, tuple) else loaded  # (with output_loading_info)
+        if renaming:  # transformers would save with the old names again (it reverts a load's key mapping)
+            model._weight_conversions = None
         if not model.config.saves_backbone():
             model.load_backbone()
         model.base_model.freeze()  # loading makes new parameters, which require grad
@@ -219,7 +225,7 @@ class KAdapterModel(KAdapterPreTrainedModel):
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, output_hidden_states=None, output_attentions=None, **kwargs) -> KAdapterModelOutput:
+                inputs_embeds=None, output_hidden_states=None, output_attentions=None) -> KAdapterModelOutput:
         r"""
         Args:
             input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds: the backbone's,
@@ -249,6 +255,26 @@ class KAdapterModel(KAdapterPreTrainedModel):
                                    attentions=outputs.attentions if output_attentions else None)
 
 
+class KAdapterClassificationHead(nn.Module):
+    """RoBERTa's classification head: dropout -> ``dense`` -> tanh -> dropout -> ``out_proj``. Named ``classifier``
+    on the model, the name PEFT's ``task_type="SEQ_CLS"`` trains by default (its layers' own names are also the
+    backbone's)."""
+
+    def __init__(self, in_width, hidden_size, num_labels, dropout):
+        super().__init__()
+        self.dense = nn.Linear(in_width, hidden_size)
+        self.out_proj = nn.Linear(hidden_size, num_labels)
+        self.dropout = dropout
+
+    def forward(self, features):
+        """``features`` ``[batch, in_width]`` -> ``[batch, num_labels]``."""
+        return self.out_proj(self.dropout(torch.tanh(self.dense(self.dropout(features)))))
+
+
+# checkpoints written before the head was one module (its layers at the top level)
+OLD_HEAD_KEYS = {r"^dense\.": "classifier.dense.", r"^out_proj\.": "classifier.out_proj."}
+
+
 class _KAdapterWithHead(KAdapterPreTrainedModel):
     def __init__(self, config: KAdapterConfig):
         super().__init__(config)
@@ -266,12 +292,11 @@ class _KAdapterWithHead(KAdapterPreTrainedModel):
                               return_dict=True)
 
     def _add_tanh_head(self, in_width):
-        self.dense = nn.Linear(in_width, self.config.hidden_size)
-        self.out_proj = nn.Linear(self.config.hidden_size, self.config.num_labels)
+        self.classifier = KAdapterClassificationHead(in_width, self.config.hidden_size, self.config.num_labels,
+                                                     self.dropout)
 
     def _tanh_head(self, features):
-        """``features`` -> dropout -> ``dense`` -> tanh -> dropout -> ``out_proj`` (RoBERTa's classification head)."""
-        return self.out_proj(self.dropout(torch.tanh(self.dense(self.dropout(features)))))
+        return self.classifier(features)
 
     @staticmethod
     def _at(hidden, positions):
@@ -283,6 +308,8 @@ class KAdapterForSequenceClassification(_KAdapterWithHead):
     """A dense -> tanh -> projection head on the first token of the fused states; the loss follows
     ``config.problem_type`` (transformers' rule)."""
 
+    renamed_keys = OLD_HEAD_KEYS
+
     def __init__(self, config: KAdapterConfig):
         super().__init__(config)
         self._add_tanh_head(config.hidden_size)
@@ -290,8 +317,7 @@ class KAdapterForSequenceClassification(_KAdapterWithHead):
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, output_hidden_states=None, output_attentions=None,
-                **kwargs) -> SequenceClassifierOutput:
+                inputs_embeds=None, labels=None, output_hidden_states=None, output_attentions=None) -> SequenceClassifierOutput:
         outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                                output_hidden_states, output_attentions)
         logits = self._tanh_head(outputs.last_hidden_state[:, 0])
@@ -310,8 +336,7 @@ class KAdapterForTokenClassification(_KAdapterWithHead):
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, output_hidden_states=None, output_attentions=None,
-                **kwargs) -> TokenClassifierOutput:
+                inputs_embeds=None, labels=None, output_hidden_states=None, output_attentions=None) -> TokenClassifierOutput:
         outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                                output_hidden_states, output_attentions)
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
@@ -327,6 +352,8 @@ class KAdapterForEntityTyping(_KAdapterWithHead):
     "@") -> dense -> tanh -> one logit per type; multi-label (``labels`` ``[batch, num_labels]`` of 0/1, binary
     cross-entropy)."""
 
+    renamed_keys = OLD_HEAD_KEYS
+
     def __init__(self, config: KAdapterConfig):
         super().__init__(config)
         self._add_tanh_head(config.hidden_size)
@@ -335,7 +362,7 @@ class KAdapterForEntityTyping(_KAdapterWithHead):
     @can_return_tuple
     def forward(self, input_ids=None, entity_positions=None, attention_mask=None, token_type_ids=None,
                 position_ids=None, inputs_embeds=None, labels=None, output_hidden_states=None,
-                output_attentions=None, **kwargs) -> SequenceClassifierOutput:
+                output_attentions=None) -> SequenceClassifierOutput:
         outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                                output_hidden_states, output_attentions)
         if entity_positions is None:
@@ -352,6 +379,8 @@ class KAdapterForRelationClassification(_KAdapterWithHead):
     """TACRED's head: the fused states at the subject and object markers (``subject_positions``,
     ``object_positions`` ``[batch]``) side by side -> dense -> tanh -> one logit per relation (cross-entropy)."""
 
+    renamed_keys = OLD_HEAD_KEYS
+
     def __init__(self, config: KAdapterConfig):
         super().__init__(config)
         self._add_tanh_head(2 * config.hidden_size)
@@ -360,7 +389,7 @@ class KAdapterForRelationClassification(_KAdapterWithHead):
     @can_return_tuple
     def forward(self, input_ids=None, subject_positions=None, object_positions=None, attention_mask=None,
                 token_type_ids=None, position_ids=None, inputs_embeds=None, labels=None, output_hidden_states=None,
-                output_attentions=None, **kwargs) -> SequenceClassifierOutput:
+                output_attentions=None) -> SequenceClassifierOutput:
         outputs = self._encode(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds,
                                output_hidden_states, output_attentions)
         if subject_positions is None or object_positions is None:

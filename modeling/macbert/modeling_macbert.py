@@ -7,6 +7,8 @@ pre-training objective (correction masking and sentence-order prediction), which
 collators and heads rather than in the encoder.
 """
 
+import functools
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -79,10 +81,30 @@ def sigmoid_focal_loss(logits, targets, gamma: float, alpha: float, mask=None) -
     return loss[mask.bool()].mean() if mask is not None else loss.mean()
 
 
+@functools.cache
+def _forward_parameters(model_class) -> frozenset:
+    return frozenset(inspect.signature(model_class.forward).parameters) - {"self", "kwargs"}
+
+
+def refuse_unknown_keywords(model, args, kwargs):
+    """A forward pre-hook: a keyword the model does not honour is an error, not silently ignored (transformers'
+    heads take ``**kwargs`` and pass them down, where an unknown one vanishes)."""
+    unknown = sorted(set(kwargs) - _forward_parameters(type(model)) - set(model.passed_on_keywords))
+    if unknown:
+        raise TypeError(f"{type(model).__name__}.forward() got unexpected arguments {unknown}")
+
+
 class MacBertPreTrainedModel(BertPreTrainedModel):
     config_class = MacBertConfig
     # The heads return batch means, so the Trainer must scale them for gradient accumulation.
     accepts_loss_kwargs = False
+    # what the heads' **kwargs pass on to BERT, which honours them (a cache: PEFT's prefix tuning)
+    passed_on_keywords = ("output_attentions", "output_hidden_states", "return_dict", "past_key_values", "cache",
+                          "use_cache")
+
+    def post_init(self):
+        super().post_init()
+        self.register_forward_pre_hook(refuse_unknown_keywords, with_kwargs=True)
 
 
 class MacBertModel(MacBertPreTrainedModel, BertModel):

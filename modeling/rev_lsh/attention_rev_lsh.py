@@ -13,8 +13,8 @@ is the same chunking by position with separate query / key / value projections. 
 layer rotates its queries and keys by their positions (:func:`rotate_by_position`); LSH hashes the rotated ones.
 
 Causal layers also decode one token at a time from a cache (a ``RevLSHLayerCache`` per layer that the first
-call fills; see ``cache_rev_lsh.py``): the new token attends exactly as it would as the last position of a call over the whole
-sequence, for LSH too, given the cached rotations.
+call fills; see ``cache_rev_lsh.py``): the new token attends exactly as it would as the last position of a call
+over the whole sequence, for LSH too, given the cached rotations.
 """
 
 import functools

@@ -1,10 +1,10 @@
 """transformers' Cache API for Transformer-XL: the segment memory as a ``Cache`` of one
 :class:`TransfoXLMemoryLayer` per layer.
 
-A layer's memory is its last inputs (``mems``, what the paper caches) and their keys and values (``mem_key_values``,
-so that decoding does not project them again). It keeps the last ``mem_len`` of them and, beyond those, the tokens of
-the last call, so that ``crop`` can take back what assisted decoding rejects; so each new token costs ``mem_len``
-positions, flat in the length of the text.
+A layer's memory is its inputs (``mems``, what the paper caches) and their keys and values (``mem_key_values``, so
+that decoding does not project them again), in buffers that grow by doubling. A decoded token attends to the last
+``mem_len`` of them (and itself), so its cost is flat in the length of the text; the older rows stay so that ``crop``
+can take back any number of tokens (assisted decoding's rejected drafts), as a key/value cache keeps every token.
 """
 
 import torch
@@ -12,28 +12,53 @@ from transformers.cache_utils import Cache, CacheLayerMixin, DynamicLayer
 
 
 class TransfoXLMemoryLayer(CacheLayerMixin):
-    """One layer's memory: ``memory`` ``[batch, kept, d_model]``, ``key_value`` ``[batch, kept, 2 * n_head * d_head]``
-    (None: recomputed from ``memory``), ``seen``: the tokens that went through it (``get_seq_length``); the kept
-    positions are the last ``kept`` of those (and of memory given at the start, ``mems``)."""
+    """One layer's memory: ``rows`` ``[batch, held, d_model]`` (its inputs), ``key_values`` ``[batch, held, 2 * n_head *
+    d_head]`` (None: recomputed from the rows), ``seen``: the tokens that went through it (``get_seq_length``; the
+    rows also hold the memory a :meth:`TransfoXLCache.from_mems` cache started from)."""
 
     is_croppable = True
     is_sliding = False
 
     def __init__(self, memory=None, key_value=None):
         super().__init__()
-        self.memory, self.key_value, self.seen, self.window = memory, key_value, 0, None
-        self.keys = self.values = memory
-        self.is_initialized = memory is not None
+        self.buffers, self.held, self.seen = {}, 0, 0
+        if memory is not None:
+            self.append(memory, key_value, tokens=0)
 
-    def remember(self, memory, key_value, new_tokens: int, window: int):
-        """After a call over ``new_tokens`` tokens: ``memory`` / ``key_value`` over [memory; the call's tokens], of
-        which the last ``window`` (``mem_len``) and the call's own are kept."""
-        keep = window + new_tokens
-        self.memory = memory[:, -keep:]
-        self.key_value = None if key_value is None else key_value[:, -keep:]
-        self.seen += new_tokens
-        self.window = window
-        self.keys = self.values = self.memory
+    @property
+    def rows(self):
+        return self.buffers["rows"][:, :self.held] if self.held else None
+
+    @property
+    def key_values(self):
+        return self.buffers["key_values"][:, :self.held] if self.held and "key_values" in self.buffers else None
+
+    def last(self, count: int):
+        """``(rows, key_values)`` of the last ``count`` positions (key_values None where not kept)."""
+        start = max(0, self.held - count)
+        key_values = self.key_values
+        return self.rows[:, start:], None if key_values is None else key_values[:, start:]
+
+    def append(self, rows, key_values=None, tokens=None):
+        """Add ``rows`` ``[batch, new, d_model]`` (and their ``key_values``; None: the layer stops keeping them), the
+        inputs of ``tokens`` tokens (default: one per row)."""
+        end = self.held + rows.shape[1]
+        if key_values is None:
+            self.buffers.pop("key_values", None)
+        elif self.held and "key_values" not in self.buffers:
+            key_values = None  # the earlier rows' are unknown
+        for name, new in (("rows", rows), ("key_values", key_values)):
+            if new is None:
+                continue
+            buffer = self.buffers.get(name)
+            if buffer is None or buffer.shape[1] < end:
+                grown = new.new_empty(new.shape[0], max(end, 2 * self.held, 16), new.shape[2])
+                if buffer is not None:
+                    grown[:, :self.held] = buffer[:, :self.held]
+                self.buffers[name] = buffer = grown
+            buffer[:, self.held:end] = new
+        self.held, self.seen = end, self.seen + (rows.shape[1] if tokens is None else tokens)
+        self.keys = self.values = self.rows
         self.is_initialized = True
 
     def lazy_initialization(self, key_states, value_states=None):
@@ -49,33 +74,23 @@ class TransfoXLMemoryLayer(CacheLayerMixin):
         return -1
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        kept = 0 if self.memory is None else self.memory.shape[1]
-        return kept + query_length, 0
+        return self.held + query_length, 0
 
     def crop(self, tokens_to_remove: int):
-        """Forget the last ``-tokens_to_remove`` tokens (transformers' convention: a negative count): possible for the
-        tokens of the last call (and further while the memory still holds ``mem_len`` positions before them)."""
+        """Forget the last ``-tokens_to_remove`` tokens (transformers' convention: a negative count)."""
         if tokens_to_remove > 0:
             raise ValueError(f"crop takes minus the number of tokens to remove (transformers' convention), got "
                              f"{tokens_to_remove}")
         removed = -tokens_to_remove
-        if removed == 0 or self.memory is None:
-            return
-        kept_after = self.memory.shape[1] - removed
-        if removed > self.seen or kept_after < min(self.window, self.seen - removed):
-            raise ValueError(f"cannot crop {removed} tokens: the memory keeps {self.memory.shape[1]} positions, and "
-                             f"the {self.window} (mem_len) before the kept tokens are gone; crop at most the tokens of "
-                             f"the last call")
-        self.memory = self.memory[:, :kept_after]
-        self.key_value = None if self.key_value is None else self.key_value[:, :kept_after]
-        self.seen -= removed
-        self.keys = self.values = self.memory
+        if removed > self.seen:
+            raise ValueError(f"cannot crop {removed} tokens: the cache has seen {self.seen}")
+        self.held, self.seen = self.held - removed, self.seen - removed
+        self.keys = self.values = self.rows
 
     def _map_batch(self, function):
-        if self.memory is not None:
-            self.memory = function(self.memory)
-            self.key_value = None if self.key_value is None else function(self.key_value)
-            self.keys = self.values = self.memory
+        for name, buffer in self.buffers.items():
+            self.buffers[name] = function(buffer)
+        self.keys = self.values = self.rows
 
     def reorder_cache(self, beam_idx):
         self._map_batch(lambda x: x.index_select(0, beam_idx.to(x.device)))
@@ -107,8 +122,7 @@ class TransfoXLCache(Cache):
     @classmethod
     def from_mems(cls, mems, mem_key_values=None):
         cache = cls(len(mems))
-        cache.layers[:] = [TransfoXLMemoryLayer(m, None if mem_key_values is None else kv)
-                           for m, kv in zip(mems, mem_key_values or [None] * len(mems))]
+        cache.layers[:] = [TransfoXLMemoryLayer(m, kv) for m, kv in zip(mems, mem_key_values or [None] * len(mems))]
         return cache
 
 
@@ -125,7 +139,7 @@ def as_transfo_xl_cache(cache, num_layers: int, d_model: int, model: str):
         if len(layers) != num_layers:
             raise ValueError(f"{model}: the cache has {len(layers)} layers, this model {num_layers}: it belongs to "
                              f"another model")
-        memory = layers[0].memory
+        memory = layers[0].rows
         if memory is not None and memory.shape[-1] != d_model:
             raise ValueError(f"{model}: the cache's memory is {memory.shape[-1]} wide, this model's d_model "
                              f"{d_model}: it belongs to another model")

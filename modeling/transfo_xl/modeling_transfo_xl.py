@@ -58,8 +58,8 @@ class TransfoXLModelOutput(ModelOutput):
         mem_key_values: ``n_layer`` tensors ``[batch, min(mem_len, memory + seq), 2 * n_head * d_head]``,
             the keys and values of ``mems`` (the cache to pass as the next segment's ``mem_key_values``);
             only under ``torch.no_grad()`` and ``use_cache`` not False, else ``None``.
-        cache: the :class:`TransfoXLCache` given as ``past_key_values`` (or ``cache``), filled (then ``mems`` and
-            ``mem_key_values`` are None: the cache holds them).
+        cache: the :class:`TransfoXLCache` given as ``past_key_values`` (or ``cache``), or made for ``use_cache=True``
+            without ``mems``, filled (``mems`` and ``mem_key_values`` are then its last ``mem_len`` positions).
         hidden_states: ``n_layer + 1`` tensors ``[batch, seq, d_model]`` with ``output_hidden_states``.
         attentions: ``n_layer`` tensors ``[batch, n_head, seq, memory + seq]`` with ``output_attentions``.
     """
@@ -696,6 +696,8 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
             raise ValueError(f"mem_len must be >= 0 (0: no memory), got {mem_len}")
         settings = dict(mem_len=mem_len, clamp_len=clamp_len, same_length=same_length,
                         output_attentions=output_attentions)
+        if cache is None and use_cache is True and mems is None and mem_key_values is None:
+            cache = TransfoXLCache(self.config.n_layer)  # transformers' reading of use_cache: return a cache
         if cache is not None:
             return self._forward_with_cache(hidden, cache, chosen, settings)
         batch_size = hidden.shape[0]
@@ -763,21 +765,26 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
             return TransfoXLModelOutput(
                 last_hidden_state=torch.cat([first.last_hidden_state, rest.last_hidden_state], dim=1),
                 cache=cache, hidden_states=joined(first.hidden_states, rest.hidden_states), attentions=None)
-        memory = None if cache.layers[0].memory is None else [layer.memory for layer in cache.layers]
-        if memory is not None:
+        decoding = cache.get_seq_length() > 0
+        if cache.layers[0].held == 0:
+            memory, stored = None, None
+        else:  # decoding reads the last mem_len positions; a prompt, all the memory the cache started from
+            window = settings["mem_len"] if decoding else cache.layers[0].held
+            memory, stored = zip(*(layer.last(window) for layer in cache.layers))
             self._check_mems(memory, hidden.shape[0])
-        stored = [layer.key_value for layer in cache.layers]
-        key_values_known = memory is not None and not torch.is_grad_enabled() and all(
-            kv is not None for kv in stored)
-        output, layer_inputs, attentions, key_values = self._layers(
-            hidden, memory, stored if key_values_known else None, decoding=cache.get_seq_length() > 0, **settings)
+            if torch.is_grad_enabled() or any(kv is None for kv in stored):
+                stored = None
+        output, layer_inputs, attentions, key_values = self._layers(hidden, memory, stored, decoding=decoding,
+                                                                    **settings)
         qlen, keep_keys = hidden.shape[1], not torch.is_grad_enabled()
         with torch.no_grad():
-            for i, (layer, layer_input, key_value) in enumerate(zip(cache.layers, layer_inputs, key_values)):
-                rows = layer_input if memory is None else torch.cat([memory[i], layer_input], dim=1)
-                layer.remember(rows.detach(), key_value.detach() if keep_keys else None, qlen, settings["mem_len"])
+            for layer, layer_input, key_value in zip(cache.layers, layer_inputs, key_values):
+                layer.append(layer_input.detach(), key_value[:, -qlen:].detach() if keep_keys else None)
+        mem_len = settings["mem_len"]
+        last = [layer.last(mem_len) for layer in cache.layers] if mem_len else None
         return TransfoXLModelOutput(
-            last_hidden_state=output, cache=cache,
+            last_hidden_state=output, cache=cache, mems=None if last is None else [rows.clone() for rows, _ in last],
+            mem_key_values=None if last is None or not keep_keys else [kv.clone() for _, kv in last],
             hidden_states=chosen_hidden_states((*layer_inputs, output), chosen) if chosen not in (None, False)
             else None,
             attentions=tuple(attentions) if settings["output_attentions"] else None)
