@@ -301,3 +301,32 @@ def test_finetune_glue_refuses_a_tokenizer_with_nothing_to_pad_with(tmp_path, sh
                                shared_data / "glue/SST-2", "--output", tmp_path / "out"], capsys)
     assert code == 2 and "neither a pad nor an eos token" in stderr and len(stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("name", ["rev-lsh-causal", "transfo-xl"])
+def test_text_generation_streams_what_it_returns_and_stops_at_a_stop_string(name, checkpoints, capsys):
+    """``pipeline("text-generation")`` with a ``TextStreamer`` prints the text it returns; lm-eval's stopping
+    criteria (its ``generate_until``'s ``until``) end generation at the first token that completes the stop.
+    (transformers' own ``stop_strings`` cannot read a word-level vocabulary: it probes each token after "abcdef",
+    which such a tokenizer maps to its unknown token.)"""
+    from lm_eval.models.utils_hf import stop_sequences_criteria
+    from transformers import TextStreamer, pipeline
+
+    generate = pipeline("text-generation", model=str(checkpoints / name))
+    tokenizer, model = generate.tokenizer, generate.model
+    capsys.readouterr()
+    text = generate("the rabbit", max_new_tokens=8, min_new_tokens=8, do_sample=False, return_full_text=False,
+                    streamer=TextStreamer(tokenizer, skip_prompt=True))[0]["generated_text"]
+    assert text.strip() and capsys.readouterr().out.strip() == text.strip()
+    prompt = tokenizer("the rabbit", return_tensors="pt")
+    full = model.generate(**prompt, max_new_tokens=8, min_new_tokens=8, do_sample=False)[0]
+    new = full[prompt["input_ids"].shape[1]:]
+    stop = tokenizer.decode(new[:3]).split()[-1]  # a whole word (a word piece decodes differently alone)
+    first = next(i for i in range(len(new)) if stop in tokenizer.decode(new[:i + 1]))
+    length = prompt["input_ids"].shape[1]
+    stopped = model.generate(**prompt, max_new_tokens=8, do_sample=False,
+                             stopping_criteria=stop_sequences_criteria(tokenizer, [stop], length, 1))[0]
+    assert torch.equal(stopped, full[:length + first + 1]), (stop, tokenizer.decode(new))
+    if name == "rev-lsh-causal":  # a word-piece vocabulary: transformers' stop_strings, with generate's tokenizer=
+        assert torch.equal(model.generate(**prompt, max_new_tokens=8, do_sample=False, stop_strings=[stop],
+                                          tokenizer=tokenizer)[0], stopped)

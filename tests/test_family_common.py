@@ -621,3 +621,48 @@ def test_a_cache_of_another_kind_or_another_model_is_refused(variant, model_clas
         model(ids[:, -1:], past_key_values=other)
     with pytest.raises(ValueError, match="not both"):
         model(ids, past_key_values=DynamicCache(), cache=DynamicCache())
+
+
+@pytest.mark.parametrize("variant,model_class", GENERATORS, ids=[f"{v}-{m.__name__}" for v, m in GENERATORS])
+def test_peft_prefix_tuning_is_refused_and_prompt_tuning_and_p_tuning_train(variant, model_class):
+    """Prefix tuning's virtual keys and values cannot enter these caches: its first forward says so and names what
+    works. Prompt tuning and p-tuning feed virtual token embeddings: the model attends to them (its outputs move),
+    the loss's gradient reaches every prompt-encoder parameter, and generate runs from them."""
+    from peft import PrefixTuningConfig, PromptEncoderConfig, PromptTuningConfig, get_peft_model
+
+    ids = input_ids()
+    prefix = get_peft_model(build(variant, model_class), PrefixTuningConfig(task_type="CAUSAL_LM",
+                                                                            num_virtual_tokens=4))
+    with pytest.raises(ValueError, match="prefix tuning.*use prompt tuning or LoRA"):
+        prefix(input_ids=ids)
+    if getattr(prefix.config, "adaptive", False):
+        return  # PEFT finds the word embeddings by a vocab-sized weight; an adaptive input embedding has one per cluster
+    for config in (PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=4),
+                   PromptEncoderConfig(task_type="CAUSAL_LM", num_virtual_tokens=4, encoder_hidden_size=16)):
+        base = build(variant, model_class)
+        with torch.no_grad():
+            plain = base(ids).logits
+        tuned = get_peft_model(base, config)
+        out = tuned(input_ids=ids, labels=ids)
+        assert out.logits.shape[1] == 4 + ids.shape[1]
+        assert not torch.allclose(out.logits[:, 4:], plain, atol=1e-4)
+        out.loss.backward()
+        trainable = {name: p for name, p in tuned.named_parameters() if p.requires_grad}
+        assert trainable and all(name.startswith("prompt_encoder.") for name in trainable), sorted(trainable)
+        assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in trainable.values()), type(config).__name__
+        generated = tuned.generate(input_ids=ids, max_new_tokens=3, min_new_tokens=3, do_sample=False, pad_token_id=0)
+        assert generated.shape == (2, ids.shape[1] + 3)
+
+
+@pytest.mark.parametrize("variant,model_class", SEQUENCE_CLASSIFIERS,
+                         ids=[f"{v}-{m.__name__}" for v, m in SEQUENCE_CLASSIFIERS])
+def test_peft_prefix_tuning_of_a_classifier_is_refused_not_ignored(variant, model_class):
+    """No family takes prefix tuning's ``past_key_values`` in a classifier's forward: PEFT's check or the
+    family's own refusal stops it before a step that would train nothing."""
+    from peft import PrefixTuningConfig, get_peft_model
+
+    model = build(variant, model_class)
+    config = PrefixTuningConfig(task_type="SEQ_CLS", num_virtual_tokens=4, num_layers=2, num_attention_heads=2,
+                                token_dim=model.config.get_text_config().hidden_size)
+    with pytest.raises(ValueError, match="past key values|prefix tuning"):
+        get_peft_model(model, config)(input_ids=input_ids(), labels=torch.tensor([0, 1]))

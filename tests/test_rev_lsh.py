@@ -301,6 +301,15 @@ def test_a_padding_mask_of_the_wrong_shape_is_refused():
         model(torch.randint(5, 99, (1, 65)))
 
 
+def test_generation_past_the_position_table_is_refused_not_wrapped():
+    """A prompt longer than the table, and decoding from the cache past its end: one clear error each."""
+    model = RevLSHForCausalLM(tiny_rev_lsh(max_position_embeddings=16, is_decoder=True)).eval()
+    with pytest.raises(ValueError, match=r"20 positions, more than max_position_embeddings \(16\)"):
+        model.generate(torch.randint(5, 99, (1, 20)), max_new_tokens=2, pad_token_id=0)
+    with pytest.raises(ValueError, match=r"position_ids must be in \[0, 16\)"):
+        model.generate(torch.randint(5, 99, (1, 12)), max_new_tokens=8, min_new_tokens=8, pad_token_id=0)
+
+
 def test_rotary_scores_depend_on_content_and_distance_alone():
     torch.manual_seed(0)
     query, key = torch.randn(2, 1, 1, 1, 16).unbind(0)

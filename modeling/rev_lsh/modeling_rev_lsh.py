@@ -581,9 +581,10 @@ class RevLSHForCausalLM(_RevLSHWithLMHead, GenerationMixin):
         inputs = {"input_ids": input_ids[:, seen:] if seen else input_ids}
         if inputs_embeds is not None and not seen:
             inputs = {"input_ids": None, "inputs_embeds": inputs_embeds}
-        # (positions are the cache's own count: generate's position bookkeeping is not passed on)
-        kwargs = {name: value for name, value in kwargs.items()
-                  if value is not None and name not in ("position_ids", "cache_position")}
+        # positions are the cache's own count (generate's bookkeeping is not passed on); generate hands its own
+        # tokenizers (stop strings, assisted decoding) to every step's kwargs, not meant for forward
+        kwargs = {name: value for name, value in kwargs.items() if value is not None and name not in
+                  ("position_ids", "cache_position", "tokenizer", "assistant_tokenizer")}
         return {**kwargs, **inputs, "attention_mask": attention_mask, "cache": cache, "use_cache": use_cache}
 
     @can_return_tuple

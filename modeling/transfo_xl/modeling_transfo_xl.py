@@ -869,8 +869,10 @@ class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
         inputs = {"input_ids": input_ids[:, seen:] if seen else input_ids}
         if inputs_embeds is not None and not seen:
             inputs = {"input_ids": None, "inputs_embeds": inputs_embeds}
-        kwargs = {name: value for name, value in kwargs.items()
-                  if value is not None and name not in ("position_ids", "cache_position", "token_type_ids")}
+        # generate hands its own tokenizers (stop strings, assisted decoding) to every step's kwargs, not meant for
+        # forward; token types go on to forward's check (zeros only)
+        kwargs = {name: value for name, value in kwargs.items() if value is not None and name not in
+                  ("position_ids", "cache_position", "tokenizer", "assistant_tokenizer")}
         return {**kwargs, **inputs, "cache": cache}
 
     @can_return_tuple
