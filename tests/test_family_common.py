@@ -565,6 +565,94 @@ def test_assisted_decoding_and_prompt_lookup_match_greedy_search(variant, model_
     torch.testing.assert_close(scores, expected_scores, atol=1e-5, rtol=1e-4)
 
 
+def dict_outputs(model, prompt, **kwargs):
+    """transformers' ``GenerationTesterMixin`` generation with every output asked for."""
+    return model.generate(prompt, max_new_tokens=5, min_new_tokens=5, do_sample=False, pad_token_id=0,
+                          return_dict_in_generate=True, output_scores=True, output_attentions=True,
+                          output_hidden_states=True, use_cache=True, **kwargs)
+
+
+def check_generate_outputs(model, out, prompt_length, variant):
+    """``GenerationTesterMixin._check_attentions_for_generate`` / ``_check_hidden_states_for_generate`` with a cache:
+    one entry per generated token, the first over the prompt, each later one a token's row over every position so
+    far; the hidden states as wide as the family's (rev-lsh: both halves)."""
+    config, batch = model.config, out.sequences.shape[0]
+    generated = out.sequences.shape[1] - prompt_length
+    heads = config.num_attention_heads if hasattr(config, "num_attention_heads") else config.n_head
+    layers = config.num_hidden_layers
+    width = TINY_CONFIGS[variant].hidden_state_width(config)
+    assert len(out.attentions) == generated and len(out.hidden_states) == generated
+    for index, (attentions, hidden_states) in enumerate(zip(out.attentions, out.hidden_states)):
+        rows = prompt_length if index == 0 else 1
+        assert [tuple(a.shape) for a in attentions] == [(batch, heads, rows, prompt_length + index)] * layers
+        assert [tuple(h.shape) for h in hidden_states] == [(batch, rows, width)] * (layers + 1)
+        for probs in attentions:  # each query's probabilities over the keys it sees, laid over all of them
+            # (LSH: a token that sees only itself, in several windows, sums 0.2% short, as in trax and transformers)
+            torch.testing.assert_close(probs.sum(-1), torch.ones(batch, heads, rows), atol=3e-3, rtol=0)
+            assert (probs.tril(prompt_length + index - rows) == probs).all()  # no key after the query
+
+
+@pytest.mark.parametrize("assistant", ["same", "random", "prompt_lookup"])
+@pytest.mark.parametrize("variant,model_class", GENERATORS, ids=[f"{v}-{m.__name__}" for v, m in GENERATORS])
+def test_assisted_decoding_returns_greedy_s_attentions_and_hidden_states_token_by_token(variant, model_class,
+                                                                                          assistant):
+    """transformers' ``test_assisted_decoding_matches_greedy_search_{same,random}`` and prompt lookup's, with their
+    dict outputs: a draft verified in one cached call (several new tokens, attentions and hidden states asked for)
+    gives one entry per token, of greedy's shapes."""
+    model = build(variant, model_class)
+    prompt = long_prompt(variant)
+    expected = dict_outputs(model, prompt)
+    options = {"same": lambda: dict(assistant_model=model),
+               "random": lambda: dict(assistant_model=build(variant, model_class, seed=1)),
+               "prompt_lookup": lambda: dict(prompt_lookup_num_tokens=3)}[assistant]()
+    if "assistant_model" in options:
+        options["assistant_model"].generation_config.num_assistant_tokens = 3
+    got = dict_outputs(model, prompt, **options)
+    assert torch.equal(got.sequences, expected.sequences)
+    torch.testing.assert_close(torch.stack(got.scores), torch.stack(expected.scores), atol=1e-5, rtol=1e-4)
+    for out in (expected, got):
+        check_generate_outputs(model, out, prompt.shape[1], variant)
+    # (values: transformers 5.25's _split_model_outputs gives the first call's draft tokens the prompt's first rows,
+    # so they differ from greedy's whatever the model; the next test checks a multi-token call's values)
+
+
+@pytest.mark.parametrize("variant,model_class", GENERATORS, ids=[f"{v}-{m.__name__}" for v, m in GENERATORS])
+def test_a_multi_token_cached_call_gives_the_attentions_of_one_token_calls(variant, model_class):
+    """Several new tokens after a filled cache, attentions and hidden states asked for: each token's row is what a
+    call with it alone gives (padded with zeros over the keys after it)."""
+    model = build(variant, model_class)
+    ids = long_prompt(variant)
+    with torch.no_grad():
+        cache = model(ids[:, :9], use_cache=True).cache
+        together = model(ids[:, 9:], cache=cache, output_attentions=True, output_hidden_states=True)
+        cache = model(ids[:, :9], use_cache=True).cache
+        alone = [model(ids[:, t:t + 1], cache=cache, output_attentions=True, output_hidden_states=True)
+                 for t in range(9, ids.shape[1])]
+    for layer, probs in enumerate(together.attentions):
+        assert probs.shape == (1, probs.shape[1], ids.shape[1] - 9, ids.shape[1])
+        expected = torch.cat([F.pad(step.attentions[layer], (0, ids.shape[1] - step.attentions[layer].shape[-1]))
+                              for step in alone], dim=2)
+        torch.testing.assert_close(probs, expected, atol=1e-5, rtol=1e-4)
+    for layer, states in enumerate(together.hidden_states):
+        torch.testing.assert_close(states, torch.cat([step.hidden_states[layer] for step in alone], dim=1),
+                                   atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("num_beams", [1, 2])
+@pytest.mark.parametrize("variant,model_class", GENERATORS, ids=[f"{v}-{m.__name__}" for v, m in GENERATORS])
+def test_generating_from_inputs_embeds_continues_as_from_the_ids(variant, model_class, num_beams):
+    """transformers' ``test_generate_from_inputs_embeds_{greedy,beam_search}``: the prompt's embeddings in place of
+    its ids give the same new tokens, with the cache; ids and embeddings together too."""
+    model = build(variant, model_class)
+    prompt = long_prompt(variant).repeat(2, 1)
+    embeds = model.get_input_embeddings()(prompt)
+    options = dict(max_new_tokens=4, min_new_tokens=4, do_sample=False, num_beams=num_beams, pad_token_id=0,
+                   attention_mask=torch.ones_like(prompt))
+    from_ids = model.generate(prompt, **options)
+    assert torch.equal(model.generate(inputs_embeds=embeds, **options), from_ids[:, prompt.shape[1]:])
+    assert torch.equal(model.generate(prompt, inputs_embeds=embeds, **options), from_ids)
+
+
 @pytest.mark.parametrize("variant,model_class", GENERATORS, ids=[f"{v}-{m.__name__}" for v, m in GENERATORS])
 def test_assisted_decoding_and_prompt_lookup_sample(variant, model_class):
     """transformers' ``test_assisted_decoding_sample``: sampling with drafts runs and returns the asked length."""

@@ -439,11 +439,16 @@ def test_pretrain_rev_lsh_masked_and_causal_then_finetune_from_the_command_line(
     assert isinstance(AutoModelForSequenceClassification.from_pretrained(tmp_path / "sst2"),
                       RevLSHForSequenceClassification)
 
-    code, _, stderr = run_cli(["pretrain", "rev-lsh", *common, "--causal", "true", "--model", tmp_path / "mlm",
+    # a causal LM's tokens carry their spaces (WordPiece's are refused: test_bad_input)
+    code, _, stderr = run_cli(["tokenizer", "train", "--corpus", common[1], "--kind", "bpe", "--vocab-size", 2000,
+                               "--output", tmp_path / "bpe"], capsys)
+    assert code == 0, stderr[-2000:]
+    causal_common = [*common[:2], "--tokenizer", tmp_path / "bpe", *common[4:]]
+    code, _, stderr = run_cli(["pretrain", "rev-lsh", *causal_common, "--causal", "true", "--model", tmp_path / "mlm",
                                "--output", tmp_path / "wrong"], capsys)
     assert code == 2 and "is bidirectional: drop --causal to continue it" in stderr, stderr[-2000:]
-    code, _, stderr = run_cli(["pretrain", "rev-lsh", *common, "--causal", "true", "--output", tmp_path / "clm"],
-                              capsys)
+    code, _, stderr = run_cli(["pretrain", "rev-lsh", *causal_common, "--causal", "true", "--output",
+                               tmp_path / "clm"], capsys)
     assert code == 0, stderr[-3000:]
     causal = AutoModelForCausalLM.from_pretrained(tmp_path / "clm").eval()
     assert causal.config.is_decoder
@@ -682,3 +687,31 @@ def test_the_mask_as_cuda_s_kernel_takes_it_gives_the_same_attention(kind, causa
     plain, fused = (masked_gradients(attention, hidden, mask if padded else None, sdpa) for sdpa in (False, True))
     assert_same_attention(fused, plain)
     assert shapes and (padded or causal or shapes[0] is None)
+
+
+@pytest.mark.parametrize("kind", ["lsh", "lsh-two-rounds", "local", "full"])
+def test_a_cache_s_attentions_are_the_probabilities_each_output_is_made_of(kind):
+    """With a cache the layer lays its (chunked, sorted, per-round) probabilities over every position so far: the
+    values weighted by them are its output, whole-sequence and decoding, padding to the chunks cut away."""
+    from hf_plm_ext.modeling.rev_lsh.attention_rev_lsh import merge_heads, split_heads
+    from hf_plm_ext.modeling.rev_lsh.cache_rev_lsh import RevLSHLayerCache
+
+    torch.manual_seed(0)
+    shared = dict(hidden_size=16, num_heads=2, head_size=8, causal=True)
+    layer = {"lsh": lambda: LSHSelfAttention(**shared, chunk_length=4, num_buckets=4, hash_seed=0),
+             "lsh-two-rounds": lambda: LSHSelfAttention(**shared, chunk_length=4, num_buckets=4, num_hashes=2,
+                                                        hash_seed=0),
+             "local": lambda: LocalSelfAttention(**shared, chunk_length=4),
+             "full": lambda: FullSelfAttention(**shared)}[kind]().eval()
+    hidden = torch.randn(2, 14, 16)
+    values = split_heads((layer.value(hidden)), 2)
+    with torch.no_grad():
+        cache = RevLSHLayerCache()
+        out, _, probs = layer(hidden[:, :11], output_attentions=True, cache=cache)
+        assert probs.shape == (2, 2, 11, 11) and not probs.triu(1).any()
+        torch.testing.assert_close(out, merge_heads(probs @ values[:, :, :11]), atol=1e-5, rtol=1e-4)
+        for position in range(11, 14):  # decoding, each call one token; a whole-sequence call would pad to 16
+            out, _, probs = layer(hidden[:, position:position + 1], output_attentions=True, cache=cache,
+                                  padded_length=16 if kind != "full" else None)
+            assert probs.shape == (2, 2, 1, position + 1)
+            torch.testing.assert_close(out, merge_heads(probs @ values[:, :, :position + 1]), atol=1e-5, rtol=1e-4)

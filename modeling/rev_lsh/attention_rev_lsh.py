@@ -120,6 +120,24 @@ def check_attention_mask(attention_mask, hidden_states):
                          f"{list(attention_mask.shape)}")
 
 
+def dense_probabilities(probs, query_rows, key_positions, rows, columns, weights=None):
+    """``[batch, heads, rows, columns]``: a chunked or gathered attention ``probs`` ``[batch, heads, ..., q, k]`` laid
+    over the positions it reads, zero where a query does not look (what a cache's caller gets: see
+    :meth:`LSHSelfAttention.forward`). Each probability is added at its query's row (``query_rows`` ``[..., q]``) and
+    its key's position (``key_positions`` ``[..., k]``), scaled by ``weights`` ``[..., q]`` (an LSH round's share of
+    its query's output); a key seen in two rounds or windows sums. Rows and columns past ``rows`` / ``columns`` (the
+    padding to the chunks) are dropped."""
+    if weights is not None:
+        probs = probs * weights.unsqueeze(-1).to(probs.dtype)
+    row_index = query_rows.unsqueeze(-1).expand(probs.shape)
+    column_index = key_positions.unsqueeze(-2).expand(probs.shape)
+    inside = (row_index >= 0) & (row_index < rows) & (column_index >= 0) & (column_index < columns)
+    flat_index = torch.where(inside, row_index * columns + column_index, 0).reshape(*probs.shape[:2], -1)
+    values = torch.where(inside, probs, 0).reshape(*probs.shape[:2], -1)
+    dense = probs.new_zeros(*probs.shape[:2], rows * columns)
+    return dense.scatter_add_(2, flat_index, values).view(*probs.shape[:2], rows, columns)
+
+
 def auto_num_buckets(seq_length, chunk_length, max_position_embeddings):
     """transformers' choice when ``num_buckets`` is not given: the power of two nearest below 2 * seq / chunk,
     factorised in two when it exceeds ``2 * max(sqrt(max_positions / chunk), chunk)``."""
@@ -530,7 +548,12 @@ class LSHSelfAttention(nn.Module):
         ``cache``: an empty layer cache to fill with this call's keys, values, buckets and rotations; a filled one to
         decode ``hidden_states`` (one new token) after them, ``attention_mask`` then covering the cached tokens
         and the new one, ``padded_length`` the length a whole-sequence call would pad to (default: this layer's
-        chunk multiple)."""
+        chunk multiple).
+
+        Probabilities (``output_attentions``): per sorted chunk, ``[batch, heads, rounds * chunks, chunk, window]`` as
+        transformers' Reformer returns them; with a ``cache`` (generation) over every position so far, ``[batch,
+        heads, new tokens, cached + new tokens]``, zero where a query does not look and the rounds weighted (the
+        shape of transformers' causal LMs, which ``generate`` splits by token)."""
         if is_filled(cache):
             out, probs = self.decode(hidden_states, attention_mask, cache, padded_length)
             return out, None, probs if output_attentions else None
@@ -562,7 +585,8 @@ class LSHSelfAttention(nn.Module):
             if cache is not None:
                 self._fill_cache(cache, query_keys, values, length, rotations, factors, raw_buckets, attention_mask)
         out, probs = self._attend_in_buckets(query_keys, values, buckets, key_mask, num_hashes,
-                                             fused=sdpa and not output_attentions)
+                                             fused=sdpa and not output_attentions,
+                                             dense_length=length if cache is not None and output_attentions else None)
         return merge_heads(out)[:, :length], buckets, probs if output_attentions else None
 
     @staticmethod
@@ -581,8 +605,7 @@ class LSHSelfAttention(nn.Module):
     def decode(self, hidden_states, attention_mask, cache, padded_length=None):
         """One new token ``[batch, 1, hidden]`` after the cached ones: ``([batch, 1, heads * head_size],
         probabilities)``, what the last position of a call over the whole (causal) sequence gives with the cached
-        rotations (probabilities over its keys: ``[batch, heads, 1, keys]``, or per round ``[batch, heads, rounds, 1,
-        keys]``). The bucket count stays the one of the first call (a whole-sequence call may choose another for
+        rotations (probabilities over every position so far, ``[batch, heads, 1, seq]``, the rounds weighted). The bucket count stays the one of the first call (a whole-sequence call may choose another for
         the longer length). The sorted order is not rebuilt: the cache counts the tokens of each bucket, which
         places the new token and its chunk's neighbours (cost flat in the sequence length)."""
         position = cache.get_seq_length()
@@ -617,10 +640,12 @@ class LSHSelfAttention(nn.Module):
         out, logsumexp, probs = attend(query_key.unsqueeze(2).expand(-1, -1, rounds, -1, -1), gather(keys),
                                        gather(values), query_positions, key_positions, key_mask, self.causal, 0.0,
                                        False)
+        first_row = torch.zeros_like(query_positions)
         if rounds == 1:
-            return merge_heads(out[:, :, 0]), probs
+            return merge_heads(out[:, :, 0]), dense_probabilities(probs, first_row, key_positions, 1, seq)
         round_weights = torch.exp(logsumexp - logsumexp.logsumexp(dim=2, keepdim=True)).unsqueeze(-1)  # float32
-        return merge_heads((out * round_weights.to(out.dtype)).sum(dim=2)), probs
+        return (merge_heads((out * round_weights.to(out.dtype)).sum(dim=2)),
+                dense_probabilities(probs, first_row, key_positions, 1, seq, round_weights.squeeze(-1)))
 
     def bucket_factors(self, seq):
         num_buckets = self.num_buckets or auto_num_buckets(seq, self.chunk_length, self.max_position_embeddings)
@@ -648,7 +673,10 @@ class LSHSelfAttention(nn.Module):
             start, total = start + factor // 2, total * factor
         return buckets, total
 
-    def _attend_in_buckets(self, query_keys, values, buckets, key_mask, num_hashes, fused):
+    def _attend_in_buckets(self, query_keys, values, buckets, key_mask, num_hashes, fused, dense_length=None):
+        """``(out [batch, heads, seq, d], probabilities)``: per sorted chunk ``[batch, heads, rounds * chunks, chunk,
+        window]``, or with ``dense_length`` over the first ``dense_length`` positions (:func:`dense_probabilities`,
+        the rounds weighted)."""
         batch, heads, seq, d = query_keys.shape
         flat_buckets = buckets.reshape(batch, heads, num_hashes * seq)
         order = flat_buckets.argsort(dim=-1, stable=True)  # by (round, bucket, position)
@@ -688,6 +716,8 @@ class LSHSelfAttention(nn.Module):
         logsumexp = logsumexp.flatten(2).gather(2, undo)
         out = out.view(batch, heads, num_hashes, seq, d)
         if num_hashes == 1:
+            if dense_length is not None:
+                probs = dense_probabilities(probs, query_positions, key_positions, dense_length, dense_length)
             return out[:, :, 0], probs
         # the reference's formula, not softmax: for a token that sees only itself (-1e5 in float32) the two differ
         # by rounding, and converted checkpoints should give trax's and transformers' numbers
@@ -695,6 +725,10 @@ class LSHSelfAttention(nn.Module):
         # weights would not sum to one (a token that sees only itself in two rounds came out twice its value)
         logsumexp = logsumexp.view(batch, heads, num_hashes, seq, 1).float()
         round_weights = torch.exp(logsumexp - logsumexp.logsumexp(dim=2, keepdim=True))
+        if dense_length is not None:
+            sorted_weights = into_chunks(round_weights.flatten(2).gather(2, order), self.chunk_length)
+            probs = dense_probabilities(probs, query_positions, key_positions, dense_length, dense_length,
+                                        sorted_weights)
         return (out * round_weights.to(out.dtype)).sum(dim=2), probs
 
 
@@ -754,8 +788,9 @@ class LocalSelfAttention(nn.Module):
 
     def forward(self, hidden_states, attention_mask=None, output_attentions=False, cache=None, padded_length=None,
                 sdpa=True, **unused):
-        """``(out [batch, seq, heads * head_size], None, probabilities or None)``; ``cache``, ``padded_length`` and
-        ``sdpa`` as :meth:`LSHSelfAttention.forward`'s."""
+        """``(out [batch, seq, heads * head_size], None, probabilities or None)``; ``cache``, ``padded_length``,
+        ``sdpa`` and the probabilities' shapes as :meth:`LSHSelfAttention.forward`'s (per chunk ``[batch, heads,
+        chunks, chunk, window]``)."""
         fused = sdpa and not output_attentions
         if is_filled(cache):
             out, probs = self.decode(hidden_states, attention_mask, cache, padded_length)
@@ -786,6 +821,8 @@ class LocalSelfAttention(nn.Module):
                 out, _, probs = attend(chunks(queries), adjacent(keys), adjacent(values), query_positions,
                                        key_positions, key_mask, self.causal, self.dropout, self.training,
                                        mask_self=False)
+                if cache is not None and output_attentions:
+                    probs = dense_probabilities(probs, query_positions, key_positions, length, length)
             out = out.flatten(2, 3)
         else:
             out, _, probs = attend(queries, keys, values, positions, positions, key_mask, self.causal, self.dropout,
@@ -801,7 +838,7 @@ class LocalSelfAttention(nn.Module):
 
     def decode(self, hidden_states, attention_mask, cache, padded_length=None):
         """One new token ``[batch, 1, hidden]`` after the cached ones: ``([batch, 1, heads * head_size],
-        probabilities [batch, heads, 1, keys])``, exactly the last position of a call over the whole (causal)
+        probabilities [batch, heads, 1, seq])``, exactly the last position of a call over the whole (causal)
         sequence."""
         query, key, value = self._project(hidden_states, next_position(cache))
         keys, values = cache.append(keys=key, values=value)
@@ -816,7 +853,8 @@ class LocalSelfAttention(nn.Module):
         key_mask = None if attention_mask is None else attention_mask.bool()[:, None, positions]
         out, _, probs = attend(query, keys, values, torch.tensor([seq - 1], device=keys.device), positions, key_mask,
                                self.causal, 0.0, False, mask_self=False)
-        return merge_heads(out), probs
+        return merge_heads(out), dense_probabilities(probs, torch.zeros(1, dtype=torch.long, device=keys.device),
+                                                     positions, 1, cache.get_seq_length())
 
 
 class FullSelfAttention(nn.Module):

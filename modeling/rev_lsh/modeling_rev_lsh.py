@@ -41,7 +41,10 @@ class RevLSHModelOutput(ModelOutput):
         ``[batch, seq, 2 * hidden_size]`` (the halves side by side; the embeddings twice).
     attentions: with ``output_attentions``: per layer the attention probabilities as the layer computed them
         (full: ``[batch, heads, seq, seq]``; local: ``[batch, heads, chunks, chunk, chunk * (1 + before + after)]``;
-        LSH: the same over the rounds' sorted chunks, ``num_hashes * chunks`` of them).
+        LSH: the same over the rounds' sorted chunks, ``num_hashes * chunks`` of them). A call with a cache
+        (generation) returns every layer's over every position so far instead, ``[batch, heads, new tokens, cached +
+        new tokens]``, zero where a token does not look, the LSH rounds weighted: the shape ``generate`` splits by
+        token, as transformers' causal LMs return it.
     """
 
     last_hidden_state: torch.Tensor | None = None
@@ -370,7 +373,8 @@ class RevLSHModel(RevLSHPreTrainedModel):
             last_hidden_state=last, cache=cache if use_cache else None,
             hidden_states=chosen_hidden_states(tuple(h[:, :length] for h in hidden_states), chosen)
             if output_hidden_states else None,
-            attentions=tuple(attentions) if output_attentions else None)
+            attentions=None if not output_attentions else tuple(  # with a cache: dense, cut to the input's length
+                probs[..., :length, :length] if use_cache else probs for probs in attentions))
 
     def _prefill_then_decode(self, input_ids, inputs_embeds, attention_mask, position_ids, cache, chosen,
                              output_attentions, num_hashes, prompt_length):
@@ -388,16 +392,20 @@ class RevLSHModel(RevLSHPreTrainedModel):
         rest = self._decode(split(input_ids, 1), split(inputs_embeds, 1), attention_mask,
                             split(position_ids, 1), cache, chosen, output_attentions)
         joined = lambda a, b: None if a is None else tuple(  # noqa: E731
-            None if x is None else torch.cat([x, y], dim=-2 if x.dim() == 3 else 2) for x, y in zip(a, b))
+            None if x is None else torch.cat([x, y], dim=-2) for x, y in zip(a, b))
+        attentions = None
+        if output_attentions:
+            total = rest.attentions[0].shape[-1]
+            attentions = joined(tuple(pad_keys(probs, total) for probs in first.attentions), rest.attentions)
         return RevLSHModelOutput(last_hidden_state=torch.cat([first.last_hidden_state, rest.last_hidden_state], 1),
                                  cache=cache, hidden_states=joined(first.hidden_states, rest.hidden_states),
-                                 attentions=None)
+                                 attentions=attentions)
 
     def _decode(self, input_ids, inputs_embeds, attention_mask, position_ids, cache, output_hidden_states,
                 output_attentions=False):
         """The new tokens after the cached ones, one at a time (each attends as the last position of the whole
-        sequence would; see :class:`RevLSHCache`). ``output_attentions``: each layer's attention of the new token (one
-        new token a call, as ``generate`` feeds them: the tokens' key lengths differ)."""
+        sequence would; see :class:`RevLSHCache`). ``output_attentions``: each layer's ``[batch, heads, new, seen +
+        new]``, every new token's row over every position so far (zero where it does not look)."""
         reference = input_ids if input_ids is not None else inputs_embeds
         seen, new = cache.get_seq_length(), reference.shape[1]
         if attention_mask is not None and attention_mask.shape[1] == new:  # the new tokens' alone
@@ -416,32 +424,34 @@ class RevLSHModel(RevLSHPreTrainedModel):
                 reference.shape[0], -1)
         self.embeddings.check_positions(position_ids)
         hidden = self.embeddings(input_ids, position_ids, inputs_embeds)
-        if output_attentions and new > 1:
-            raise ValueError(f"output_attentions with a cache: one new token a call (got {new}), as generate feeds "
-                             f"them; each token attends to a different number of keys")
         multiple, shortest = chunk_multiple(self.config)
-        outputs, all_hidden, step_attentions = [], [], []
+        outputs, all_hidden, all_attentions = [], [], []
         for step in range(new):
             seq = seen + step + 1
             padded = seq if seq <= shortest else seq + (-seq % multiple)
             mask = None if attention_mask is None else attention_mask[:, :seq]
             x1 = x2 = hidden[:, step:step + 1]
-            layer_outputs = [torch.cat([x1, x2], dim=-1)]
+            layer_outputs, layer_attentions = [torch.cat([x1, x2], dim=-1)], []
             for layer, layer_cache in zip(self.layers, cache.layers):
                 x1, x2, probs = layer(x1, x2, mask, output_attentions=output_attentions, cache=layer_cache,
                                       padded_length=padded)
-                step_attentions.append(probs)
+                layer_attentions.append(probs)
                 layer_outputs.append(torch.cat([x1, x2], dim=-1))
             outputs.append(layer_outputs[-1])
             all_hidden.append(layer_outputs)
+            all_attentions.append(layer_attentions)
         remember_mask(cache, attention_mask)
         last = self._join_halves(torch.cat(outputs, dim=1))
         hidden_states = None
         if output_hidden_states is not None and output_hidden_states is not False:
             hidden_states = chosen_hidden_states(tuple(torch.cat(per_layer, dim=1) for per_layer in zip(*all_hidden)),
                                                  output_hidden_states)
+        attentions = None
+        if output_attentions:  # each token's row over every position so far, the later keys zero for the earlier
+            attentions = tuple(torch.cat([pad_keys(probs, seen + new) for probs in per_layer], dim=2)
+                               for per_layer in zip(*all_attentions))
         return RevLSHModelOutput(last_hidden_state=last, cache=cache, hidden_states=hidden_states,
-                                 attentions=tuple(step_attentions) if output_attentions else None)
+                                 attentions=attentions)
 
     def _pad_to_chunks(self, input_ids, inputs_embeds, attention_mask, position_ids):
         """Pad to the least common multiple of the chunk lengths, as transformers' Reformer does in evaluation
@@ -488,6 +498,21 @@ class RevLSHModel(RevLSHPreTrainedModel):
         if output_hidden_states and hidden_states[-1] is not last:
             hidden_states[-1] = last  # the one autograd sees
         return hidden_states, collected["attentions"]
+
+
+def unseen_tokens(input_ids, cache, next_sequence_length):
+    """The tokens of ``input_ids`` ``[batch, seq]`` that ``cache`` has not seen: the last ``next_sequence_length``
+    (``generate``'s count; from ``inputs_embeds`` the ids hold the generated tokens alone), else those after the
+    cached count."""
+    seen = cache.get_seq_length() if cache is not None else 0
+    if not seen:
+        return input_ids
+    return input_ids[:, -next_sequence_length:] if next_sequence_length else input_ids[:, seen:]
+
+
+def pad_keys(probs, keys):
+    """Attention probabilities ``[..., q, k]`` widened with zeros to ``keys`` columns (keys not yet seen)."""
+    return nn.functional.pad(probs, (0, keys - probs.shape[-1]))
 
 
 class _RevLSHWithLMHead(RevLSHPreTrainedModel):
@@ -577,9 +602,8 @@ class RevLSHForCausalLM(_RevLSHWithLMHead, GenerationMixin):
         """With a cache, each step feeds only the tokens it has not seen; what else the caller passed through
         ``generate(**kwargs)`` (``output_attentions``, ``num_hashes``, ...) goes on to ``forward``. ``inputs_embeds``
         (PEFT's prompt tuning) stand for the prompt in the first step."""
-        seen = cache.get_seq_length() if cache is not None else 0
-        inputs = {"input_ids": input_ids[:, seen:] if seen else input_ids}
-        if inputs_embeds is not None and not seen:
+        inputs = {"input_ids": unseen_tokens(input_ids, cache, next_sequence_length)}
+        if inputs_embeds is not None and not (cache is not None and cache.get_seq_length()):
             inputs = {"input_ids": None, "inputs_embeds": inputs_embeds}
         # positions are the cache's own count (generate's bookkeeping is not passed on); generate hands its own
         # tokenizers (stop strings, assisted decoding) to every step's kwargs, not meant for forward

@@ -61,7 +61,8 @@ class TransfoXLModelOutput(ModelOutput):
         cache: the :class:`TransfoXLCache` given as ``past_key_values`` (or ``cache``), or made for ``use_cache=True``
             without ``mems``, filled (``mems`` and ``mem_key_values`` are then its last ``mem_len`` positions).
         hidden_states: ``n_layer + 1`` tensors ``[batch, seq, d_model]`` with ``output_hidden_states``.
-        attentions: ``n_layer`` tensors ``[batch, n_head, seq, memory + seq]`` with ``output_attentions``.
+        attentions: ``n_layer`` tensors ``[batch, n_head, seq, memory + seq]`` with ``output_attentions``; with a
+            cache (generation), ``[batch, n_head, new, cached + new]`` (see :func:`over_keys`).
     """
 
     last_hidden_state: torch.Tensor | None = None
@@ -761,11 +762,17 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
             first = self._forward_with_cache(hidden[:, :prompt_length], cache, chosen, settings)
             rest = self._forward_with_cache(hidden[:, prompt_length:], cache, chosen, settings)
             joined = lambda a, b: None if a is None else tuple(  # noqa: E731
-                None if x is None else torch.cat([x, y], dim=1 if x.dim() == 3 else 2) for x, y in zip(a, b))
+                None if x is None else torch.cat([x, y], dim=-2) for x, y in zip(a, b))
+            attentions = None
+            if settings["output_attentions"]:
+                total = rest.attentions[0].shape[-1]  # the prompt's rows see none of the rest's keys
+                attentions = joined(tuple(nn.functional.pad(probs, (0, total - probs.shape[-1]))
+                                          for probs in first.attentions), rest.attentions)
             return TransfoXLModelOutput(
                 last_hidden_state=torch.cat([first.last_hidden_state, rest.last_hidden_state], dim=1),
-                cache=cache, hidden_states=joined(first.hidden_states, rest.hidden_states), attentions=None)
-        decoding = cache.get_seq_length() > 0
+                cache=cache, hidden_states=joined(first.hidden_states, rest.hidden_states), attentions=attentions)
+        seen = cache.get_seq_length()
+        decoding = seen > 0
         if cache.layers[0].held == 0:
             memory, stored = None, None
         else:  # decoding reads the last mem_len positions; a prompt, all the memory the cache started from
@@ -787,7 +794,17 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
             mem_key_values=None if last is None or not keep_keys else [kv.clone() for _, kv in last],
             hidden_states=chosen_hidden_states((*layer_inputs, output), chosen) if chosen not in (None, False)
             else None,
-            attentions=tuple(attentions) if settings["output_attentions"] else None)
+            attentions=tuple(over_keys(probs, seen + qlen) for probs in attentions) if settings["output_attentions"]
+            else None)
+
+
+def over_keys(probs, keys: int) -> torch.Tensor:
+    """Attention probabilities over ``[memory; segment]`` ``[..., q, memory + q]`` laid over the last ``keys`` positions
+    (what a cache's caller gets: every token the cache has seen and the new ones, as transformers' causal LMs return
+    them for ``generate`` to split by token): zeros before a memory window shorter than that; the columns of a memory
+    the cache started from (``mems``, before its first token) are left out."""
+    width = probs.shape[-1]
+    return probs[..., width - keys:] if width >= keys else nn.functional.pad(probs, (keys - width, 0))
 
 
 class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
@@ -866,7 +883,8 @@ class TransfoXLLMHeadModel(TransfoXLPreTrainedModel, GenerationMixin):
         ``use_cache=False``) the whole prefix. ``inputs_embeds`` (PEFT's prompt tuning) stand for the prompt in the
         first step."""
         seen = cache.get_seq_length() if cache is not None else 0
-        inputs = {"input_ids": input_ids[:, seen:] if seen else input_ids}
+        inputs = {"input_ids": input_ids if not seen else input_ids[:, -next_sequence_length:]
+                  if next_sequence_length else input_ids[:, seen:]}  # (from inputs_embeds: the generated tokens)
         if inputs_embeds is not None and not seen:
             inputs = {"input_ids": None, "inputs_embeds": inputs_embeds}
         # generate hands its own tokenizers (stop strings, assisted decoding) to every step's kwargs, not meant for
