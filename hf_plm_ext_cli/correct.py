@@ -22,8 +22,8 @@ def stdin_is_piped() -> bool:
 
 def add_to(parser):
     parser.add_argument("model", metavar="MODEL", help="a spelling-correction checkpoint folder")
-    parser.add_argument("texts", nargs="*", metavar="TEXT", help="sentences to correct, right after MODEL "
-                        "(argparse's rule: options come after them)")
+    parser.add_argument("texts", nargs="*", metavar="TEXT", help="sentences to correct (options may come before, "
+                        "between or after them; after --, a text may start with a dash)")
     parser.add_argument("--file", metavar="FILE", help="also every line of this UTF-8 file; '-': standard input "
                         "(read too when it is piped and no TEXT is given)")
     parser.add_argument("--json", action="store_true", help="one JSON object per input: source, target, errors "

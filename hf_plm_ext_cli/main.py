@@ -35,13 +35,30 @@ def build_parser(argv=()):
     return parser
 
 
+def parse(parser, argv):
+    """``(args, unrecognized)``: a command's options anywhere on its line, before, between or after its positionals
+    (``correct MODEL --json TEXT TEXT``), ``--`` ending them (for texts that start with a dash). The parser of the
+    innermost command named (``tokenizer train``) reads the rest with ``parse_known_intermixed_args``, which
+    argparse cannot do at a level that holds sub-commands."""
+    namespace, current, rest = argparse.Namespace(), parser, list(argv)
+    while True:
+        commands = next((action for action in current._actions if isinstance(action, argparse._SubParsersAction)),
+                        None)
+        if commands is None:
+            return current.parse_known_intermixed_args(rest, namespace)
+        if not rest or rest[0] not in commands.choices:  # --help, a typo, nothing: argparse's own answer
+            return current.parse_known_args(rest, namespace)
+        setattr(namespace, commands.dest, rest[0])
+        current, rest = commands.choices[rest[0]], rest[1:]
+
+
 def main(argv=None):
     # `kill`, a scheduler's stop, torchrun ending the other ranks: exit as on an error, so that what a command
     # stages is removed (Python's default for SIGTERM ends the process at once)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv)
-    args, unrecognized = parser.parse_known_args(argv)
+    args, unrecognized = parse(parser, argv)
     if unrecognized:
         command = next(command for command in COMMANDS if command.NAME == args.command)
         explain = getattr(command, "explain_unrecognized", None)  # a command may say whose flags they are

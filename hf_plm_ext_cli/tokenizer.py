@@ -12,7 +12,9 @@ def add_to(tokenizer):
                                allow_abbrev=False)
     train.add_argument("--corpus", nargs="+", required=True, metavar="FILE", help="UTF-8 text files")
     train.add_argument("--kind", choices=KINDS, default="wordpiece",
-                       help="words and chars: for Transformer-XL language models (default: wordpiece)")
+                       help="bpe (byte-level), words and chars: for causal language models, whose continuations "
+                            "decode alone as in the whole text; words and chars: Transformer-XL's (default: "
+                            "wordpiece)")
     train.add_argument("--vocab-size", type=int, default=8000, help="tokens in the vocabulary, the special ones included (default: 8000)")
     train.add_argument("--min-frequency", type=int, default=2, help="fewest occurrences of a token kept (default: 2)")
     train.add_argument("--no-lowercase", dest="lowercase", action="store_false",

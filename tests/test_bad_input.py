@@ -215,3 +215,15 @@ def test_tokenizer_training_prints_no_blank_lines(tmp_path, capfd):
     assert code == 0, stderr
     assert stdout.splitlines() == [f"trained a wordpiece tokenizer with 500 tokens; saved to {tmp_path / 'tok'}"]
     assert stderr.strip() == ""
+
+
+def test_a_causal_lm_refuses_a_tokenizer_whose_continuations_do_not_decode_alone(tmp_path, english_tokenizer_dir,
+                                                                                 capsys):
+    """WordPiece's continuations lose their space and keep ``##`` when decoded alone (as pipelines and lm-eval
+    decode them): `pretrain rev-lsh --causal` says so in one line and names the kind to use; nothing is written."""
+    code, _, stderr = run_cli(["pretrain", "rev-lsh", "--corpus", DEMO_TEXT, "--tokenizer", english_tokenizer_dir,
+                               "--size", "tiny", "--causal", "true", "--max_seq_length", "64", "--max_steps", "1",
+                               "--output", tmp_path / "lm"], capsys)
+    assert code == 2 and len(stderr.strip().splitlines()) == 1, stderr
+    assert "continuation" in stderr and "--kind bpe" in stderr and str(english_tokenizer_dir) in stderr
+    assert not (tmp_path / "lm").exists()

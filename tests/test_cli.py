@@ -97,3 +97,96 @@ def test_setuptools_finds_every_package_folder_for_the_wheel():
             parts = init.parent.relative_to(REPO / root).parts
             found.add(".".join((prefix, *parts)))
     assert json.loads(given) == sorted(found)
+
+
+README = cli_main.__file__.rsplit("/hf_plm_ext_cli/", 1)[0] + "/README.md"
+
+
+def readme_command_lines() -> list[str]:
+    """Every whole ``hf-plm-ext`` line of the README's code blocks (continuations joined)."""
+    import shlex
+    from pathlib import Path
+
+    lines = []
+    for block in re.findall(r"```[a-z]*\n(.*?)```", Path(README).read_text(encoding="utf-8"), re.S):
+        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+            words = shlex.split(line.strip(), comments=True)
+            if words[:1] == ["hf-plm-ext"] and "..." not in words:  # (a line with "..." is a fragment)
+                lines.append(" ".join(shlex.quote(word) for word in words[1:]))
+    return lines
+
+
+def split_line(argv):
+    """``(command words, positionals, fixed-arity options, variable-arity options)`` of a parsed command line, by
+    the innermost command parser's actions."""
+    import argparse
+
+    parser, rest = cli_main.build_parser(argv), list(argv)
+    command = []
+    while True:
+        commands = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if commands is None:
+            break
+        command.append(rest[0])
+        parser, rest = commands.choices[rest[0]], rest[1:]
+    options = {flag: action for action in parser._actions for flag in action.option_strings}
+    positionals, fixed, variable, index = [], [], [], 0
+    while index < len(rest):
+        word = rest[index]
+        action = options.get(word.split("=", 1)[0])
+        if action is None:
+            positionals.append(word)
+            index += 1
+            continue
+        taken = [word]
+        index += 1
+        if "=" not in word and action.nargs != 0:
+            while index < len(rest) and not (rest[index].startswith("--") and rest[index].split("=")[0] in options):
+                taken.append(rest[index])
+                index += 1
+                if action.nargs in (None, "?"):
+                    break
+        (variable if action.nargs in ("+", "*") else fixed).append(taken)
+    return command, positionals, fixed, variable
+
+
+README_LINES = readme_command_lines()
+
+
+def test_the_readme_has_command_lines_for_every_command():
+    documented = {line.split()[0] for line in README_LINES}
+    assert documented >= {"tokenizer", "pretrain", "finetune", "distill", "eval", "correct", "convert", "export",
+                          "k-adapter", "push"}, documented
+
+
+@pytest.mark.parametrize("line", README_LINES)
+def test_every_readme_command_line_parses_with_its_options_anywhere(line):
+    """Each documented line parses as written; then with its options after its positionals, and with those of
+    fixed arity before them: the same arguments (``correct MODEL --json TEXT`` was an argparse error)."""
+    import shlex
+
+    argv = shlex.split(line)
+
+    def parsed(words):
+        args, unrecognized = cli_main.parse(cli_main.build_parser(words), words)
+        assert unrecognized == [], (words, unrecognized)
+        return {name: value for name, value in vars(args).items() if name != "handler"}
+
+    expected = parsed(argv)
+    command, positionals, fixed, variable = split_line(argv)
+    flat = lambda groups: [word for group in groups for word in group]  # noqa: E731
+    assert parsed(command + positionals + flat(fixed) + flat(variable)) == expected
+    assert parsed(command + flat(fixed) + positionals + flat(variable)) == expected
+
+
+def test_correct_takes_options_between_its_texts_and_a_double_dash_ends_them():
+    def parsed(words):
+        args, unrecognized = cli_main.parse(cli_main.build_parser(words), words)
+        return args, unrecognized
+
+    args, unrecognized = parsed(["correct", "model", "--json", "text one", "text two"])
+    assert (args.model, args.texts, args.json, unrecognized) == ("model", ["text one", "text two"], True, [])
+    args, _ = parsed(["correct", "--batch-size", "4", "model", "one", "--json", "two"])
+    assert (args.texts, args.batch_size, args.json) == (["one", "two"], 4, True)
+    args, _ = parsed(["correct", "model", "--json", "--", "-starts with a dash", "--json"])
+    assert (args.texts, args.json) == (["-starts with a dash", "--json"], True)

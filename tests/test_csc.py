@@ -357,6 +357,10 @@ def test_correct_prints_corrections_and_json(fine_tuned, capsys):
     out, _ = fine_tuned
     code, stdout, _ = run_cli(["correct", out, "我跟我朋唷打算去法国玩儿。", "hello", "--json"], capsys)
     assert code == 0
+    # options anywhere on the line, as in every command (the README's `correct MODEL TEXT --json TEXT`)
+    for argv in (["correct", out, "--json", "我跟我朋唷打算去法国玩儿。", "hello"],
+                 ["correct", "--json", out, "我跟我朋唷打算去法国玩儿。", "--batch-size", "1", "hello"]):
+        assert run_cli(argv, capsys)[:2] == (0, stdout)
     lines = [json.loads(line) for line in stdout.splitlines()]
     assert [line["source"] for line in lines] == ["我跟我朋唷打算去法国玩儿。", "hello"]
     assert lines[1] == {"source": "hello", "target": "hello", "errors": []}

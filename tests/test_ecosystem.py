@@ -65,8 +65,9 @@ def checkpoints(tmp_path_factory, english_tokenizer_dir, shared_data):
 
     root = tmp_path_factory.mktemp("ecosystem")
     wordpiece = AutoTokenizer.from_pretrained(english_tokenizer_dir)
-    words = root / "words"
+    words, byte_level = root / "words", root / "bpe"
     train_tokenizer([ALICE], "words", vocab_size=2000).save_pretrained(str(words))
+    train_tokenizer([ALICE], "bpe", vocab_size=1500).save_pretrained(str(byte_level))  # the causal recipe's kind
     chinese = train_tokenizer([str(shared_data / "corpus/zh/zhwiki_bert_sampled.txt")], "wordpiece",
                               vocab_size=3000, model_max_length=64)
 
@@ -87,7 +88,7 @@ def checkpoints(tmp_path_factory, english_tokenizer_dir, shared_data):
               "no", "--report_to", "none"]
     cli("pretrain", "transfo-xl", "--corpus", ALICE, "--tokenizer", words, "--size", "tiny", "--tgt-len", 16,
         "--mem-len", 16, "--output", root / "transfo-xl", *common)
-    cli("pretrain", "rev-lsh", "--corpus", ALICE, "--tokenizer", english_tokenizer_dir, "--size", "tiny", "--causal",
+    cli("pretrain", "rev-lsh", "--corpus", ALICE, "--tokenizer", byte_level, "--size", "tiny", "--causal",
         "true", "--max_seq_length", 64, "--output", root / "rev-lsh-causal", *common)
     cli("k-adapter", "new", "--backbone", root / "macbert", "--adapters", "factual", "--output", root / "k-adapter")
     return root
@@ -321,12 +322,41 @@ def test_text_generation_streams_what_it_returns_and_stops_at_a_stop_string(name
     prompt = tokenizer("the rabbit", return_tensors="pt")
     full = model.generate(**prompt, max_new_tokens=8, min_new_tokens=8, do_sample=False)[0]
     new = full[prompt["input_ids"].shape[1]:]
-    stop = tokenizer.decode(new[:3]).split()[-1]  # a whole word (a word piece decodes differently alone)
+    stop = tokenizer.decode(new[:3]).split()[-1]  # a whole word
     first = next(i for i in range(len(new)) if stop in tokenizer.decode(new[:i + 1]))
     length = prompt["input_ids"].shape[1]
     stopped = model.generate(**prompt, max_new_tokens=8, do_sample=False,
                              stopping_criteria=stop_sequences_criteria(tokenizer, [stop], length, 1))[0]
     assert torch.equal(stopped, full[:length + first + 1]), (stop, tokenizer.decode(new))
-    if name == "rev-lsh-causal":  # a word-piece vocabulary: transformers' stop_strings, with generate's tokenizer=
+    if name == "rev-lsh-causal":  # a byte-level vocabulary: transformers' stop_strings, with generate's tokenizer=
         assert torch.equal(model.generate(**prompt, max_new_tokens=8, do_sample=False, stop_strings=[stop],
                                           tokenizer=tokenizer)[0], stopped)
+
+
+@pytest.mark.parametrize("name", ["rev-lsh-causal", "transfo-xl"])
+def test_continuations_read_as_in_the_whole_text_in_pipelines_and_lm_eval(name, checkpoints):
+    """What ``pipeline("text-generation")`` returns and lm-eval's ``generate_until`` reads are the new tokens decoded
+    alone: they read as in the whole text (no space lost between prompt and continuation, no ``##`` piece)."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+    from transformers import pipeline
+
+    generate = pipeline("text-generation", model=str(checkpoints / name))
+    tokenizer, model = generate.tokenizer, generate.model
+    prompt = "the queen said"
+    ids = tokenizer(prompt, return_tensors="pt")
+    full = model.generate(**ids, max_new_tokens=8, min_new_tokens=8, do_sample=False)[0]
+    length = ids["input_ids"].shape[1]
+    whole = tokenizer.decode(full, skip_special_tokens=True)
+    alone = tokenizer.decode(full[length:], skip_special_tokens=True)
+    assert whole == tokenizer.decode(full[:length], skip_special_tokens=True) + alone and "##" not in alone
+    text = generate(prompt, max_new_tokens=8, min_new_tokens=8, do_sample=False)[0]["generated_text"]
+    assert text == prompt + alone
+    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=1, device="cpu")
+    request = Instance(request_type="generate_until", doc={}, idx=0,
+                       arguments=(prompt, {"until": ["\n\n"], "max_gen_toks": 6, "do_sample": False}))
+    continuation = lm.generate_until([request])[0]
+    context = torch.tensor([lm.tok_encode(prompt)])  # what lm-eval feeds
+    generated = model.generate(context, attention_mask=torch.ones_like(context), max_new_tokens=6, do_sample=False)[0]
+    whole = tokenizer.decode(generated)
+    assert continuation == whole[len(tokenizer.decode(context[0])):] and "##" not in continuation, continuation

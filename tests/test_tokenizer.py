@@ -94,3 +94,22 @@ def test_empty_corpus_and_existing_output_are_errors(tmp_path, capsys):
     (tmp_path / "taken").mkdir()
     code, _, stderr = run_cli(["tokenizer", "train", "--corpus", empty, "--output", tmp_path / "taken"], capsys)
     assert code == 2 and "already exists" in stderr
+
+
+@pytest.mark.parametrize("kind,decodes_alone", [("bpe", True), ("words", True), ("chars", True), ("wordpiece", False),
+                                                ("wordlevel", False), ("unigram", False)])
+def test_only_kinds_whose_continuations_decode_alone_pass_the_causal_check(kind, decodes_alone, tmp_path):
+    """What `pretrain --causal` checks: every split of a text decodes, in two parts, to the whole's text."""
+    from importlib.resources import files
+
+    from hf_plm_ext.data.tokenizer_training import check_continuations_decode, make_causal, train_tokenizer
+    from hf_plm_ext.errors import UserInputError
+
+    tokenizer = train_tokenizer([str(files("hf_plm_ext") / "demo_data" / "alice.txt")], kind, vocab_size=800)
+    if kind not in ("words", "chars"):
+        make_causal(tokenizer)
+    if decodes_alone:
+        check_continuations_decode(tokenizer, "tok")
+    else:
+        with pytest.raises(UserInputError, match="--tokenizer tok: .*continuation.*--kind bpe"):
+            check_continuations_decode(tokenizer, "tok")

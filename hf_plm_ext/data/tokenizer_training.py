@@ -158,6 +158,26 @@ def pad_with_eos(tokenizer) -> None:
         tokenizer.model_input_names = [*tokenizer.model_input_names, "attention_mask"]
 
 
+CONTINUATION_SAMPLE = "the queen said two several things, and it rained."
+
+
+def check_continuations_decode(tokenizer, where: str, sample: str = CONTINUATION_SAMPLE) -> None:
+    """Refuse a causal LM's tokenizer whose generated tokens, decoded alone (as ``pipeline("text-generation")``'s
+    new text and lm-eval's ``generate_until`` are), do not read as they read in the whole text: WordPiece's
+    continuations lose their space and start with ``##``, WordLevel's and Unigram's lose their space. Every split of
+    ``sample`` must decode, in two parts, to the whole's text."""
+    ids = tokenizer(sample, add_special_tokens=False)["input_ids"]
+    whole = tokenizer.decode(ids)
+    for split in range(1, len(ids)):
+        head, tail = tokenizer.decode(ids[:split]), tokenizer.decode(ids[split:])
+        if head + tail != whole:
+            raise UserInputError(
+                f"--tokenizer {where}: a causal LM's continuation decoded alone must read as in the whole text, and "
+                f"this tokenizer's do not ({head!r} + {tail!r} is not {whole!r}); pipelines and lm-eval would print "
+                f"that. Train one whose tokens carry their spaces: hf-plm-ext tokenizer train --kind bpe (byte-level "
+                f"BPE), or --kind words / chars")
+
+
 def make_causal(tokenizer) -> None:
     """A BERT-style tokenizer as a causal LM's (GPT-2's convention): bos / eos are ``[CLS]`` / ``[SEP]`` where it has
     none, a text gets the bos in front and no eos after (a prompt that ended in the eos would say the text is over),

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, DataCollatorForLanguageModeling
 
 from hf_plm_ext.data.token_blocks import token_blocks
-from hf_plm_ext.data.tokenizer_training import make_causal
+from hf_plm_ext.data.tokenizer_training import check_continuations_decode, make_causal
 from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.training.objectives.base import MaskedInputArguments, special_token_ids
 from hf_plm_ext.training.objectives.mlm import MaskedLM
@@ -54,6 +54,7 @@ class RevLSHPretraining(MaskedLM):
         lm-eval reads both); a prompt is ``[CLS] text``, without the eos (:func:`make_causal`)."""
         if self.args.causal:
             make_causal(tokenizer)
+            check_continuations_decode(tokenizer, self.args.tokenizer)
 
     def fresh_config(self, tokenizer):
         from hf_plm_ext.modeling.rev_lsh import RevLSHConfig
