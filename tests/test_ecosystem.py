@@ -360,3 +360,30 @@ def test_continuations_read_as_in_the_whole_text_in_pipelines_and_lm_eval(name, 
     generated = model.generate(context, attention_mask=torch.ones_like(context), max_new_tokens=6, do_sample=False)[0]
     whole = tokenizer.decode(generated)
     assert continuation == whole[len(tokenizer.decode(context[0])):] and "##" not in continuation, continuation
+
+
+@pytest.mark.parametrize("name", ["transfo-xl", "rev-lsh-causal"])
+def test_batched_generation_left_pads_and_gives_each_row_its_own_text(name, checkpoints):
+    """lm-eval's ``generate_until`` at ``batch_size`` 1, 2 and 8 (its batches pad on the left) and
+    ``pipeline("text-generation", batch_size=3)``: the same continuations as one prompt at a time."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+    from transformers import pipeline
+
+    generate = pipeline("text-generation", model=str(checkpoints / name))
+    model, tokenizer = generate.model, generate.tokenizer
+    prompts = ["the rabbit", "alice was beginning to get very tired of", "she", "down , down , down . would the fall",
+               "the queen said", "curiouser and"]
+    texts = {}
+    for batch_size in (1, 2, 8):
+        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, device="cpu")
+        requests = [Instance(request_type="generate_until", doc={}, idx=i,
+                             arguments=(prompt, {"until": ["\n\n"], "max_gen_toks": 5, "do_sample": False}))
+                    for i, prompt in enumerate(prompts)]
+        texts[batch_size] = lm.generate_until(requests)
+    assert texts[2] == texts[1] and texts[8] == texts[1], texts
+    options = dict(max_new_tokens=5, min_new_tokens=5, do_sample=False, return_full_text=False)
+    one_by_one = [generate(prompt, **options)[0]["generated_text"] for prompt in prompts]
+    tokenizer.padding_side = "left"
+    batched = [out[0]["generated_text"] for out in generate(prompts, batch_size=3, **options)]
+    assert batched == one_by_one

@@ -426,7 +426,7 @@ def test_beam_search_with_the_cache_equals_recomputing_and_a_pad_token_in_the_pr
         mask = (prompt != pad).long()
         assert torch.equal(with_pad, model.generate(prompt, attention_mask=mask, max_new_tokens=6, num_beams=3,
                                                     do_sample=False))
-    else:  # Transformer-XL has no padding mask: a pad token is a token
+    else:  # Transformer-XL's pad is its eos: a pad token in a prompt is a token unless a mask says otherwise
         assert torch.equal(with_pad, cached)
 
 

@@ -456,8 +456,39 @@ def test_generate_with_memory_equals_recomputing_the_prefix():
         for _ in range(12):
             ids = torch.cat([ids, model(ids).logits[:, -1:].argmax(-1)], dim=1)
     assert torch.equal(with_memory, ids)
-    with pytest.raises(ValueError, match="no padding mask"):  # left padding would be silently wrong
-        model.generate(prompt, attention_mask=torch.tensor([[0, 1, 1, 1, 1], [1] * 5]), max_new_tokens=2)
+
+
+@pytest.mark.parametrize("num_beams", [1, 2])
+def test_a_left_padded_batch_generates_for_each_row_what_the_row_generates_alone(num_beams):
+    """lm-eval, pipelines and batched generation pad on the left: with the padding masked (and the mask kept with
+    the memory) each row's tokens are its own, while its padded length stays within mem_len + 1 (mem_len 6 here)."""
+    model = tiny_model()
+    assert model.config.mem_len == 6
+    torch.manual_seed(1)
+    rows = [torch.randint(1, 50, (1, length)) for length in (4, 2, 1)]
+    padded = torch.cat([torch.cat([torch.zeros(1, 4 - row.shape[1], dtype=torch.long), row], dim=1) for row in rows])
+    mask = (torch.arange(4) >= torch.tensor([[0], [2], [3]])).long()
+    options = dict(max_new_tokens=3, min_new_tokens=3, do_sample=False, num_beams=num_beams, pad_token_id=0)
+    batched = model.generate(padded, attention_mask=mask, **options)
+    for index, row in enumerate(rows):
+        alone = model.generate(row, **options)
+        assert torch.equal(batched[index, -3:], alone[0, -3:]), index
+    # the same by hand: each step recomputes the padded prefix, no memory
+    recomputed = model.generate(padded, attention_mask=mask, use_cache=False, **options)
+    assert torch.equal(recomputed, batched)
+
+
+def test_the_padding_s_keys_are_never_attended_and_a_padding_query_sees_itself():
+    model = tiny_model().transformer
+    ids = torch.randint(1, 50, (2, 5))
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1] * 5])
+    with torch.no_grad():
+        out = model(ids, attention_mask=mask, output_attentions=True)
+        alone = model(ids[:1, 2:]).last_hidden_state
+    torch.testing.assert_close(out.last_hidden_state[:1, 2:], alone, atol=1e-5, rtol=1e-4)
+    for probs in out.attentions:
+        assert not probs[0, :, 2:, :2].any()  # real tokens: nothing on the padding
+        torch.testing.assert_close(probs[0, :, :2, :2], torch.eye(2).expand(probs.shape[1], 2, 2))
 
 
 def test_sequence_classifier_reads_the_last_real_token():
@@ -486,8 +517,8 @@ def test_bad_mems_are_refused_with_the_reason():
         model(ids, mems=[m[..., :8] for m in mems])
     with pytest.raises(ValueError, match=r"mems\[1\] has shape \(2, 4, 16\).*equal for every layer"):
         model(ids, mems=[mems[0], mems[1][:, 1:]])
-    with pytest.raises(ValueError, match="no padding mask"):
-        model(ids, attention_mask=torch.tensor([[0, 0, 1, 1, 1], [1] * 5]))
+    with pytest.raises(ValueError, match=r"attention_mask must be \[batch, seq\] = \[2, 5\]"):
+        model(ids, attention_mask=torch.tensor([[0, 0, 1, 1], [1] * 4]))
 
 
 def test_right_padding_leaves_the_tokens_states_as_alone():

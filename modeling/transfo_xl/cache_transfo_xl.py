@@ -33,21 +33,38 @@ class TransfoXLMemoryLayer(CacheLayerMixin):
     def key_values(self):
         return self.buffers["key_values"][:, :self.held] if self.held and "key_values" in self.buffers else None
 
+    @property
+    def key_mask(self):
+        """``[batch, held]`` bool, False at padding; None: no padding held."""
+        return self.buffers["mask"][:, :self.held, 0] if self.held and "mask" in self.buffers else None
+
     def last(self, count: int):
         """``(rows, key_values)`` of the last ``count`` positions (key_values None where not kept)."""
         start = max(0, self.held - count)
         key_values = self.key_values
         return self.rows[:, start:], None if key_values is None else key_values[:, start:]
 
-    def append(self, rows, key_values=None, tokens=None):
+    def last_mask(self, count: int):
+        """The padding mask of the last ``count`` positions, ``[batch, count]`` (None: no padding held)."""
+        mask = self.key_mask
+        return None if mask is None else mask[:, max(0, self.held - count):]
+
+    def append(self, rows, key_values=None, tokens=None, key_mask=None):
         """Add ``rows`` ``[batch, new, d_model]`` (and their ``key_values``; None: the layer stops keeping them), the
-        inputs of ``tokens`` tokens (default: one per row)."""
+        inputs of ``tokens`` tokens (default: one per row); ``key_mask`` ``[batch, new]`` (bool, False at padding;
+        None: no padding)."""
         end = self.held + rows.shape[1]
         if key_values is None:
             self.buffers.pop("key_values", None)
         elif self.held and "key_values" not in self.buffers:
             key_values = None  # the earlier rows' are unknown
-        for name, new in (("rows", rows), ("key_values", key_values)):
+        if key_mask is None and "mask" in self.buffers:
+            key_mask = torch.ones(rows.shape[:2], dtype=torch.bool, device=rows.device)
+        if key_mask is not None and "mask" not in self.buffers and self.held:  # the earlier rows: no padding
+            self.buffers["mask"] = torch.ones(rows.shape[0], self.buffers["rows"].shape[1], 1, dtype=torch.bool,
+                                              device=rows.device)
+        mask = None if key_mask is None else key_mask.to(torch.bool).unsqueeze(-1)
+        for name, new in (("rows", rows), ("key_values", key_values), ("mask", mask)):
             if new is None:
                 continue
             buffer = self.buffers.get(name)

@@ -489,12 +489,6 @@ def chosen_hidden_states(hidden_states: tuple, chosen) -> tuple:
         h if i in {w % len(hidden_states) for w in wanted} else None for i, h in enumerate(hidden_states))
 
 
-def has_left_padding(attention_mask) -> bool:
-    """A 0 (padding) before a 1 (a token) in some row of ``attention_mask`` ``[batch, seq]``."""
-    mask = attention_mask.bool()
-    return bool((mask[:, 1:] & ~mask[:, :-1]).any())
-
-
 def refuse_unknown_arguments(kwargs: dict, token_type_ids, model: str):
     """What a tokenizer returns is accepted; what the model cannot honour is refused, never ignored: token types
     (Transformer-XL has none) pass only as a row of zeros, and an unknown argument is an error."""
@@ -656,10 +650,13 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
                 clamp_len=None, same_length=None, past_key_values=None, token_type_ids=None, cache=None,
                 **kwargs) -> TransfoXLModelOutput | tuple:
         """input_ids ``[batch, seq]`` (or inputs_embeds ``[batch, seq, d_model]``); mems from the previous
-        segment's output. ``attention_mask`` may mark padding on the right only (Transformer-XL has no padding
-        mask: causal attention never reaches right padding, so the real tokens' states are those of each row alone,
-        as sentence-transformers' and pipelines' padded batches need; the padding's own states are not meaningful,
-        and a padded batch's ``mems`` hold them, so continue only unpadded segments). Left padding is refused.
+        segment's output. ``attention_mask`` ``[batch, seq]`` (with a cache: over the cached tokens and the new
+        ones, or the new ones alone) marks padding, left or right: no token attends to it, and with relative
+        positions a padded row's real tokens see exactly what they see unpadded (the padding's own states are not
+        meaningful). A cache keeps the mask of its rows, so a left-padded batch generates for each row what the row
+        generates alone, exactly while a decoded token's window (the ``mem_len`` positions before it) holds all of
+        its row's earlier tokens or none of its padding: in between, padding takes places in the window that
+        unpadded would be the row's oldest tokens. A segment's ``mems`` are taken as unpadded.
 
         ``mem_len``, ``clamp_len``, ``same_length`` override the config's for this call (e.g. evaluating with a
         longer memory than in training) without changing the model.
@@ -686,10 +683,8 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
         output_hidden_states = chosen is not False and chosen is not None
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("give exactly one of input_ids and inputs_embeds")
-        if attention_mask is not None and has_left_padding(attention_mask):
-            raise ValueError("transfo-xl has no padding mask: pad on the right, where causal attention never reaches "
-                             "the padding (this attention_mask has padding before a token)")
         hidden = self.word_emb(input_ids) if inputs_embeds is None else inputs_embeds
+        padding = None if attention_mask is None or bool(attention_mask.bool().all()) else attention_mask.bool()
         mem_len = self.config.mem_len if mem_len is None else mem_len
         clamp_len = self.config.clamp_len if clamp_len is None else clamp_len
         same_length = self.config.same_length if same_length is None else same_length
@@ -700,7 +695,7 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
         if cache is None and use_cache is True and mems is None and mem_key_values is None:
             cache = TransfoXLCache(self.config.n_layer)  # transformers' reading of use_cache: return a cache
         if cache is not None:
-            return self._forward_with_cache(hidden, cache, chosen, settings)
+            return self._forward_with_cache(hidden, cache, chosen, settings, padding)
         batch_size = hidden.shape[0]
         if mems is not None and len(mems) == 0:
             mems = None
@@ -708,7 +703,12 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
             self._check_mems(mems, batch_size)
         if mem_key_values is not None:
             self._check_mem_key_values(mem_key_values, mems)
-        hidden, layer_inputs, attentions, key_values = self._layers(hidden, mems, mem_key_values, **settings)
+        key_mask = None
+        if padding is not None:  # (a memory passed as mems: no padding)
+            check_padding_mask(padding, hidden.shape[:2])
+            key_mask = nn.functional.pad(padding, (0 if mems is None else mems[0].shape[1], 0), value=True)
+        hidden, layer_inputs, attentions, key_values = self._layers(hidden, mems, mem_key_values, key_mask=key_mask,
+                                                                    **settings)
         new_mems = self._updated_mems(layer_inputs, mems, mem_len)
         # key_values cover [memory; segment], the rows of the new mems: their last mem_len are its cache
         caching = new_mems is not None and use_cache is not False and not torch.is_grad_enabled()
@@ -719,10 +719,11 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
             attentions=tuple(attentions) if output_attentions else None)
 
     def _layers(self, hidden, mems, mem_key_values, mem_len, clamp_len, same_length, output_attentions,
-                decoding=False):
+                decoding=False, key_mask=None):
         """The stack over one segment: ``(output, each layer's input, attentions, each layer's keys and values over
         [memory; segment])``. ``decoding``: each token sees the ``mem_len`` positions before it (and itself)
-        instead of the whole memory and the segment before it."""
+        instead of the whole memory and the segment before it. ``key_mask`` ``[batch, memory + segment]`` (False at
+        padding): no query sees the padding but a padding query itself (a row of nothing would be NaN)."""
         qlen = hidden.shape[1]
         if mems is not None:
             mems = [m.to(hidden.dtype) for m in mems]
@@ -734,6 +735,8 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
             attention_bias = decoding_memory_bias(qlen, mlen, mem_len, same_length, hidden.dtype, hidden.device)
         else:  # once for all layers
             attention_bias = causal_memory_bias(qlen, mlen, mem_len, same_length, hidden.dtype, hidden.device)
+        if key_mask is not None:
+            attention_bias = attention_bias + padding_bias(key_mask, qlen, hidden.dtype)
         distances = torch.arange(klen - 1, -1, -1, device=hidden.device)
         if clamp_len > 0:
             distances = distances.clamp(max=clamp_len)
@@ -751,16 +754,26 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
             key_values.append(key_value)
         return self.drop(hidden), layer_inputs, attentions, key_values
 
-    def _forward_with_cache(self, hidden, cache, chosen, settings):
+    def _forward_with_cache(self, hidden, cache, chosen, settings, padding=None):
         """A call with the memory as a :class:`TransfoXLCache`: the prompt (an empty cache) as a segment, tokens
         after it decoded; the cache updated in place. ``generate``'s cache knows its prompt's length: a first call
         with more tokens (assisted decoding: the prompt and a draft) runs the prompt as a segment and decodes the
         rest, as plain greedy decoding does."""
+        qlen = hidden.shape[1]
+        if padding is not None:  # the new tokens' (a mask over the cached tokens and the new ones, or these alone)
+            seen_before = cache.get_seq_length()
+            if padding.shape[1] not in (qlen, seen_before + qlen):
+                raise ValueError(f"with a cache of {seen_before} tokens, attention_mask covers them and the {qlen} "
+                                 f"new ones ({seen_before + qlen} columns) or the new ones alone; got "
+                                 f"{list(padding.shape)}")
+            padding = padding[:, -qlen:]
         prompt_length = getattr(cache, "prompt_length", None)
-        if not cache.get_seq_length() and prompt_length is not None and 0 < prompt_length < hidden.shape[1]:
+        if not cache.get_seq_length() and prompt_length is not None and 0 < prompt_length < qlen:
             cache.prompt_length = None
-            first = self._forward_with_cache(hidden[:, :prompt_length], cache, chosen, settings)
-            rest = self._forward_with_cache(hidden[:, prompt_length:], cache, chosen, settings)
+            split = lambda mask, part: None if mask is None else (mask[:, :prompt_length] if part == 0  # noqa: E731
+                                                                  else mask[:, prompt_length:])
+            first = self._forward_with_cache(hidden[:, :prompt_length], cache, chosen, settings, split(padding, 0))
+            rest = self._forward_with_cache(hidden[:, prompt_length:], cache, chosen, settings, split(padding, 1))
             joined = lambda a, b: None if a is None else tuple(  # noqa: E731
                 None if x is None else torch.cat([x, y], dim=-2) for x, y in zip(a, b))
             attentions = None
@@ -773,20 +786,28 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
                 cache=cache, hidden_states=joined(first.hidden_states, rest.hidden_states), attentions=attentions)
         seen = cache.get_seq_length()
         decoding = seen > 0
+        memory_mask = None
         if cache.layers[0].held == 0:
             memory, stored = None, None
         else:  # decoding reads the last mem_len positions; a prompt, all the memory the cache started from
             window = settings["mem_len"] if decoding else cache.layers[0].held
             memory, stored = zip(*(layer.last(window) for layer in cache.layers))
+            memory_mask = cache.layers[0].last_mask(window)
             self._check_mems(memory, hidden.shape[0])
             if torch.is_grad_enabled() or any(kv is None for kv in stored):
                 stored = None
+        key_mask = None
+        if padding is not None or memory_mask is not None:  # over [memory; new tokens]
+            no_padding = lambda rows: torch.ones(rows.shape[:2], dtype=torch.bool, device=rows.device)  # noqa: E731
+            parts = [] if memory is None else [memory_mask if memory_mask is not None else no_padding(memory[0])]
+            key_mask = torch.cat([*parts, padding if padding is not None else no_padding(hidden)], dim=1)
         output, layer_inputs, attentions, key_values = self._layers(hidden, memory, stored, decoding=decoding,
-                                                                    **settings)
-        qlen, keep_keys = hidden.shape[1], not torch.is_grad_enabled()
+                                                                    key_mask=key_mask, **settings)
+        keep_keys = not torch.is_grad_enabled()
         with torch.no_grad():
             for layer, layer_input, key_value in zip(cache.layers, layer_inputs, key_values):
-                layer.append(layer_input.detach(), key_value[:, -qlen:].detach() if keep_keys else None)
+                layer.append(layer_input.detach(), key_value[:, -qlen:].detach() if keep_keys else None,
+                             key_mask=padding)
         mem_len = settings["mem_len"]
         last = [layer.last(mem_len) for layer in cache.layers] if mem_len else None
         return TransfoXLModelOutput(
@@ -796,6 +817,21 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
             else None,
             attentions=tuple(over_keys(probs, seen + qlen) for probs in attentions) if settings["output_attentions"]
             else None)
+
+
+def check_padding_mask(padding, shape):
+    if padding.shape != shape:
+        raise ValueError(f"attention_mask must be [batch, seq] = {list(shape)}, got {list(padding.shape)}")
+
+
+def padding_bias(key_mask, qlen: int, dtype) -> torch.Tensor:
+    """``[batch, 1, q, k]`` additive bias, -inf at the padding's keys (``key_mask`` ``[batch, k]``, False there) but a
+    query's own (the last ``q`` keys are the queries'): a padding query sees itself alone, so its row is not NaN."""
+    klen = key_mask.shape[1]
+    own = torch.arange(klen, device=key_mask.device)[None, :] == torch.arange(klen - qlen, klen,
+                                                                               device=key_mask.device)[:, None]
+    blocked = ~key_mask[:, None, None, :] & ~own
+    return torch.zeros(blocked.shape, dtype=dtype, device=key_mask.device).masked_fill_(blocked, -math.inf)
 
 
 def over_keys(probs, keys: int) -> torch.Tensor:
