@@ -754,3 +754,68 @@ def test_peft_prefix_tuning_of_a_classifier_is_refused_not_ignored(variant, mode
                                 token_dim=model.config.get_text_config().hidden_size)
     with pytest.raises(ValueError, match="past key values|prefix tuning"):
         get_peft_model(model, config)(input_ids=input_ids(), labels=torch.tensor([0, 1]))
+
+
+@pytest.mark.parametrize("variant,auto_name,model_class", CASES, ids=CASE_IDS)
+def test_a_checkpoint_without_weights_reports_every_weight_missing_and_loads_off_the_meta_device(
+        variant, auto_name, model_class, tmp_path):
+    """transformers' ``test_model_weights_reload_no_missing_tied_weights``: every weight on file replaced by a
+    placeholder, ``from_pretrained`` (which builds the model on the meta device) reports each parameter missing once
+    (a tied pair's target aside) and no more, ignores only what ``_keys_to_ignore_on_load_missing`` names (no
+    non-persistent buffer), and leaves no tensor on the meta device (ELECTRA-RTD's shared embeddings stayed there)."""
+    from safetensors.torch import save_file
+
+    build(variant, model_class).save_pretrained(tmp_path)
+    save_file({"tensor": torch.tensor([1, 2])}, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    reloaded, info = model_class.from_pretrained(tmp_path, output_loading_info=True)
+    assert [name for name, t in [*reloaded.named_parameters(), *reloaded.named_buffers()] if t.is_meta] == []
+    names = {name for name, _ in [*reloaded.named_parameters(), *reloaded.named_buffers()]}
+    missing = set(info["missing_keys"])
+    state = reloaded.state_dict()
+    by_storage = {}
+    for name, tensor in state.items():
+        by_storage.setdefault(tensor.untyped_storage().data_ptr(), []).append(name)
+    extra_missing = missing - names
+    for group in (group for group in by_storage.values() if len(group) > 1):
+        if set(group) - extra_missing:
+            extra_missing -= set(group)
+    assert extra_missing == set()
+    non_persistent = {name for name, _ in reloaded.named_buffers() if name not in state}
+    ignored = {name for name in names for pattern in reloaded._keys_to_ignore_on_load_missing or []
+               if re.search(pattern, name)}
+    assert names - missing - non_persistent == ignored
+
+
+@pytest.mark.parametrize("variant", list(TINY_CONFIGS))
+def test_every_field_a_config_exposes_takes_a_keyword_override(variant, tmp_path):
+    """What transformers' configs take and its tests do (``from_pretrained(path, hidden_size=...)``): each of the
+    fields transformers' generic code reads, derived ones included (ELECTRA-RTD's and K-Adapter's are their
+    discriminator's / backbone's), overridden in ``from_pretrained``, ``from_dict`` and ``AutoConfig``; a doubled
+    width reads back."""
+    config = TINY_CONFIGS[variant]()
+    config.save_pretrained(tmp_path)
+    names = [name for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
+             if hasattr(config, name)]
+    assert "hidden_size" in names
+    for name in names:
+        value = getattr(config, name)
+        assert getattr(AutoConfig.from_pretrained(tmp_path, **{name: value}), name) == value, name
+        assert getattr(type(config).from_dict(config.to_dict(), **{name: value}), name) == value, name
+    wider = AutoConfig.from_pretrained(tmp_path, hidden_size=2 * config.hidden_size)
+    assert wider.hidden_size == 2 * config.hidden_size
+    model_class = next(iter(model_classes(TINY_CONFIGS[variant]).values()))
+    model_class(config).save_pretrained(tmp_path / "model")
+    model, info = model_class.from_pretrained(tmp_path / "model", hidden_size=config.hidden_size,
+                                              output_loading_info=True)
+    assert model.config.hidden_size == config.hidden_size and not info["missing_keys"]
+
+
+def test_an_electra_rtd_override_of_a_derived_field_sets_the_discriminator_s_or_is_refused_naming_it(tmp_path):
+    config = TINY_CONFIGS["electra-rtd"]()
+    config.save_pretrained(tmp_path)
+    wider = AutoConfig.from_pretrained(tmp_path, hidden_size=2 * config.hidden_size, num_hidden_layers=3)
+    assert wider.discriminator_config.hidden_size == 2 * config.hidden_size
+    assert wider.discriminator_config.num_hidden_layers == 3
+    assert wider.generator_config.hidden_size == config.generator_config.hidden_size  # the generator keeps its own
+    with pytest.raises(ValueError, match=r"discriminator_config\.hidden_size \(33\) must be divisible"):
+        AutoConfig.from_pretrained(tmp_path, hidden_size=33)

@@ -395,6 +395,15 @@ def test_a_transformers_reformer_checkpoint_converts_with_the_same_logits(archit
         ids = torch.randint(0, 99, (2, length))
         with torch.no_grad():
             torch.testing.assert_close(converted(ids).logits, reformer(ids).logits, rtol=1e-5, atol=1e-5)
+        # a padding mask (left, inside, right): every position, the padding's too, as transformers computes it
+        # (a padding query that sees no key weighs its window's keys alike, in both the fused and the plain path)
+        mask = torch.ones(2, length, dtype=torch.long)
+        mask[0, :length // 3] = 0
+        mask[1, length // 2:] = 0
+        mask[1, 1] = 0
+        with torch.no_grad():
+            torch.testing.assert_close(converted(ids, attention_mask=mask).logits,
+                                       reformer(ids, attention_mask=mask).logits, rtol=1e-5, atol=1e-5)
     assert isinstance(AutoModel.from_pretrained(tmp_path / "rev"), RevLSHModel)
 
 
@@ -492,13 +501,15 @@ def test_a_saved_config_names_its_positions_even_at_the_class_default(tmp_path):
     assert saved["position_embedding_type"] == "absolute" and saved["combine_halves"] == "concat"
 
 
-def masked_gradients(attention, hidden, mask, sdpa, seed=1):
-    """``(out, d hidden, d parameters)`` of a fixed weighting of the real tokens' outputs (``mask`` None: all)."""
+def masked_gradients(attention, hidden, mask, sdpa, seed=1, weigh=None):
+    """``(out, d hidden, d parameters)`` of a fixed weighting of the real tokens' outputs (``mask`` None: all;
+    ``weigh``: the positions that count, default the real tokens)."""
     hidden = hidden.clone().requires_grad_()
     attention.zero_grad()
     torch.manual_seed(seed)
     out = attention(hidden, mask, sdpa=sdpa)[0]
-    real = (torch.ones(out.shape[:2], device=out.device) if mask is None else mask)[..., None]
+    weigh = mask if weigh is None else weigh
+    real = (torch.ones(out.shape[:2], device=out.device) if weigh is None else weigh)[..., None]
     weights = torch.linspace(-1, 1, out.numel(), dtype=out.dtype, device=out.device).view_as(out) * real
     (out * weights).sum().backward()
     return out * real, hidden.grad, [parameter.grad.clone() for parameter in attention.parameters()]
@@ -533,6 +544,28 @@ def test_the_fused_kernel_gives_the_plain_path_s_outputs_and_gradients(kind, num
     plain, fused = (masked_gradients(attention, hidden, mask, sdpa) for sdpa in (False, True))
     assert_same_attention(fused, plain)
     assert plain[1].abs().sum() > 0
+
+
+@pytest.mark.parametrize("kind, num_hashes", [("lsh", 1), ("lsh", 2), ("local", 1)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("length", [6, 45])
+def test_the_fused_kernel_gives_the_plain_path_s_outputs_at_the_padding_too(kind, num_hashes, causal, dtype, length):
+    """Every position counts, the padding's included, forward and gradients: left, inner and right padding, and
+    rows of padding whose queries see no key at all (a causal local layer's padding query whose window is padding
+    and future: the plain path weighs every key alike, exp(mask - fl(mask + log k)), which is 1 in float32; the
+    kernel weighed them by their scores, 0.05-3 off), in one chunk (6 tokens) and over several (45)."""
+    torch.manual_seed(0)
+    attention = layer(kind, causal, **(dict(num_hashes=num_hashes) if kind == "lsh" else {})).to(dtype)
+    hidden = torch.randn(3, length, 32, dtype=dtype)
+    mask = torch.ones(3, length, dtype=torch.long)
+    mask[0, :length // 2] = 0  # left padding: whole chunks of it
+    mask[1, 1:length // 3] = 0
+    mask[2, length - 4:] = 0
+    everything = torch.ones_like(mask)
+    plain, fused = (masked_gradients(attention, hidden, mask, sdpa, weigh=everything) for sdpa in (False, True))
+    tolerance = 1e-12 if dtype == torch.float64 else 2e-5
+    assert_same_attention(fused, plain, rtol=tolerance, atol=tolerance)
 
 
 @pytest.mark.parametrize("piece_bytes", [2**30, 1])

@@ -105,17 +105,43 @@ class ElectraRTDConfig(PreTrainedConfig):
         for part in (self.discriminator_config, self.generator_config):
             part.vocab_size = vocab_size
 
+    # The discriminator's shape, derived: an override (``from_pretrained(path, hidden_size=...)``, ``from_dict``,
+    # ``AutoConfig.from_pretrained(..., **kwargs)``, as transformers' configs take them) sets the field it derives
+    # from, the discriminator's; the generator keeps its own (``generator_config`` to change it). Checked at once.
     @property
     def hidden_size(self) -> int:
         return self.discriminator_config.hidden_size
+
+    @hidden_size.setter
+    def hidden_size(self, hidden_size: int):
+        self._set_discriminator_field("hidden_size", hidden_size)
 
     @property
     def num_hidden_layers(self) -> int:
         return self.discriminator_config.num_hidden_layers
 
+    @num_hidden_layers.setter
+    def num_hidden_layers(self, num_hidden_layers: int):
+        self._set_discriminator_field("num_hidden_layers", num_hidden_layers)
+
     @property
     def num_attention_heads(self) -> int:
         return self.discriminator_config.num_attention_heads
+
+    @num_attention_heads.setter
+    def num_attention_heads(self, num_attention_heads: int):
+        self._set_discriminator_field("num_attention_heads", num_attention_heads)
+
+    def _set_discriminator_field(self, name: str, value: int):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"ElectraRTDConfig.{name} is discriminator_config.{name}: a positive int, got {value!r}")
+        previous = getattr(self.discriminator_config, name)
+        setattr(self.discriminator_config, name, value)
+        try:
+            self.validate_electra_rtd_fields()
+        except ValueError:
+            setattr(self.discriminator_config, name, previous)
+            raise
 
     def to_json_string(self, use_diff: bool = True) -> str:
         """As transformers' (keys sorted), but with ``discriminator_config`` last: a stock

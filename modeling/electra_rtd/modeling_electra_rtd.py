@@ -120,13 +120,29 @@ class ElectraForRTDPreTraining(ElectraRTDPreTrainedModel):
 
     def __init__(self, config: ElectraRTDConfig):
         super().__init__(config)
-        self.generator = ElectraForMaskedLM(config.generator_config)
+        generator = ElectraForMaskedLM(config.generator_config)
+        # registered first, so that the shared embeddings are named (and so initialised, when a checkpoint lacks
+        # them) as the discriminator's, the tie's source: a missing tied target is not initialised, and on the meta
+        # device (from_pretrained) the table stayed there
         self.discriminator = ElectraForPreTraining(config.discriminator_config)
+        self.generator = generator
         if config.tie_embeddings:
             self.generator.electra.embeddings = self.discriminator.electra.embeddings
         else:
             self._tied_weights_keys = {}  # the generator still ties its own output layer to its embeddings
         self.post_init()
+
+    def mark_tied_weights_as_initialized(self, loading_info):
+        """As transformers', except for the embeddings the halves share as one module: their tied names (the
+        generator's) are the source's own parameters, so transformers' flag would mark a missing source as loaded too
+        and leave it on the meta device, uninitialised. Where the checkpoint lacks the source, it stays missing."""
+        sources = {f"discriminator.electra.embeddings.{name}" for name in SHARED_EMBEDDINGS
+                   if self.config.tie_embeddings}
+        missing_sources = sources & set(loading_info.missing_keys)
+        super().mark_tied_weights_as_initialized(loading_info)
+        for name in missing_sources:
+            self.get_parameter(name)._is_hf_initialized = False
+            loading_info.missing_keys.add(name)
 
     def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
         """As transformers', with chains resolved: the generator ties its output layer to *its* word

@@ -110,10 +110,15 @@ class KAdapterConfig(PreTrainedConfig):
         if family_auto_map and getattr(self, "auto_map", None) is None:
             self.auto_map = dict(family_auto_map)
 
-    # What transformers' generic code reads of a model's text config (resizing, the output checks): the backbone's
+    # What transformers' generic code reads of a model's text config (resizing, the output checks): the backbone's;
+    # an override (from_pretrained(path, hidden_size=...), as transformers' configs take them) sets the backbone's
     @property
     def hidden_size(self) -> int:
         return self.backbone_config.hidden_size
+
+    @hidden_size.setter
+    def hidden_size(self, hidden_size: int):
+        self.backbone_config.hidden_size = hidden_size
 
     @property
     def vocab_size(self) -> int:
@@ -126,6 +131,10 @@ class KAdapterConfig(PreTrainedConfig):
     @property
     def num_attention_heads(self) -> int:
         return self.backbone_config.num_attention_heads
+
+    @num_attention_heads.setter
+    def num_attention_heads(self, num_attention_heads: int):
+        self.backbone_config.num_attention_heads = num_attention_heads
 
     def freeze_adapters(self) -> None:
         """Keep every adapter frozen in training, the fusion and the head trained (the paper's ``--freeze_adapter``;

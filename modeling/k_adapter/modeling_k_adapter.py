@@ -128,8 +128,9 @@ class KAdapterPreTrainedModel(PreTrainedModel):
     supports_gradient_checkpointing = True
     _supports_sdpa = True
     accepts_loss_kwargs = False
-    # not saved when the backbone is referenced by path: loaded from there (load_backbone)
-    _keys_to_ignore_on_load_missing = [r"backbone\."]
+    # not saved when the backbone is referenced by path: loaded from there (load_backbone). Its weights only: the
+    # backbone's non-persistent buffers (BERT's position_ids, token_type_ids) are never in a checkpoint
+    _keys_to_ignore_on_load_missing = [r"backbone\..*(weight|bias)$"]
     renamed_keys = None  # {old key pattern: new}, for checkpoints written before a rename
 
     def _init_weights(self, module):

@@ -467,6 +467,26 @@ def attend_in_windows(queries, padded_keys, padded_values, query_positions, key_
     return out * weight.to(out.dtype), logsumexp, None
 
 
+def average_where_nothing_is_seen(out, logsumexp, allowed, window_values):
+    """The plain path's rule, given to the fused kernel's ``(out, logsumexp)``, for a query that may see no key at
+    all (a padding query whose window is all padding or future, without a self-mask): every score is the mask
+    value, so every key weighs ``exp(mask - fl(mask + log k))``, which in float32 rounds to 1 (the window's values
+    summed, as transformers' Reformer computes it) and in float64 is 1 / k; the kernel would weigh them by their
+    scores. ``allowed`` ``[..., q, k]`` (bool, broadcastable; None: all), ``window_values()`` the values of each
+    query's window ``[..., k, d]`` (made only where such a query is)."""
+    if allowed is None:
+        return out, logsumexp
+    sees_nothing = ~allowed.any(-1)
+    if not torch.compiler.is_compiling() and not bool(sees_nothing.any()):
+        return out, logsumexp
+    values = window_values()
+    masked = torch.tensor(mask_value(values.dtype), dtype=torch.promote_types(values.dtype, torch.float32))
+    uniform = masked + math.log(values.shape[-2])  # rounded as the plain path's log-sum-exp
+    weighted = values.sum(-2, keepdim=True) * torch.exp(masked - uniform).to(values.dtype)
+    out = torch.where(sees_nothing.unsqueeze(-1), weighted.to(out.dtype), out)
+    return out, torch.where(sees_nothing, uniform.to(logsumexp.dtype), logsumexp)
+
+
 def attend_fused(queries, keys, values, query_positions, key_positions, key_mask, causal, mask_self=True):
     """:func:`attend` through the fused kernel, all queries against all keys (one window)."""
     one_chunk = lambda x: None if x is None else x.unsqueeze(-3)  # noqa: E731
@@ -486,7 +506,12 @@ def attend(queries, keys, values, query_positions, key_positions, key_mask, caus
     (:func:`fused_kernel_applies`), probabilities then None.
     """
     if fused and fused_kernel_applies(queries, dropout, training):
-        return attend_fused(queries, keys, values, query_positions, key_positions, key_mask, causal, mask_self)
+        out, logsumexp, probs = attend_fused(queries, keys, values, query_positions, key_positions, key_mask, causal,
+                                             mask_self)
+        if not mask_self and key_mask is not None:  # (with the self-mask every query sees itself)
+            out, logsumexp = average_where_nothing_is_seen(
+                out, logsumexp, allowed_keys(query_positions, key_positions, key_mask, causal), lambda: values)
+        return out, logsumexp, probs
     scores = queries @ keys.transpose(-1, -2)
     allowed = allowed_keys(query_positions, key_positions, key_mask, causal)
     if allowed is not None:
@@ -815,8 +840,13 @@ class LocalSelfAttention(nn.Module):
             if (fused and fused_kernel_applies(queries, self.dropout, self.training)
                     and windows_fit(query_positions.shape[0], self.chunks_before, self.chunks_after)):
                 padded = lambda x: pad_chunks_circularly(chunks(x), self.chunks_before, self.chunks_after)  # noqa: E731
-                out, _, probs = attend_in_windows(chunks(queries), padded(keys), padded(values), query_positions,
-                                                  key_positions, key_mask, self.causal, mask_self=False)
+                out, logsumexp, probs = attend_in_windows(chunks(queries), padded(keys), padded(values),
+                                                          query_positions, key_positions, key_mask, self.causal,
+                                                          mask_self=False)
+                if key_mask is not None:
+                    out, _ = average_where_nothing_is_seen(
+                        out, logsumexp, allowed_keys(query_positions, key_positions, key_mask, self.causal),
+                        lambda: adjacent(values))
             else:
                 out, _, probs = attend(chunks(queries), adjacent(keys), adjacent(values), query_positions,
                                        key_positions, key_mask, self.causal, self.dropout, self.training,
