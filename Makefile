@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: install demo test test-slow test-cuda bench clean
+.PHONY: install demo test test-slow test-cuda test-floor bench clean
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,5 +29,14 @@ test-slow: $(STAMP)
 test-cuda: $(STAMP)
 	$(PY) -m pytest -m cuda -q
 
+# the fast tests on the lowest versions pyproject.toml admits (floors.txt), in a venv of their own
+FLOOR_VENV ?= .venv-floor
+test-floor:
+	test -x $(FLOOR_VENV)/bin/python || $(PYTHON) -m venv $(FLOOR_VENV)
+	$(FLOOR_VENV)/bin/python -m pip install $(TORCH_PIN)
+	$(FLOOR_VENV)/bin/python -m pip install -c floors.txt -e ".[dev,zh]"
+	$(FLOOR_VENV)/bin/python -m pip check
+	$(FLOOR_VENV)/bin/python -m pytest -m "not slow and not cuda" -q
+
 clean:
-	rm -rf $(VENV) runs build *.egg-info
+	rm -rf $(VENV) $(FLOOR_VENV) runs build *.egg-info

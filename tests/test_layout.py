@@ -85,3 +85,25 @@ def test_spelling_correction_is_one_room():
              for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
              if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in names}
     assert rooms == {"csc"}
+
+
+def test_pyproject_s_lower_bounds_are_the_floors_the_suite_is_proven_on():
+    """Every dependency's lower bound in pyproject.toml is its pin in floors.txt (what `make test-floor` installs and
+    tests), and every pin bounds a dependency: a floor is stated only where it was run."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    root = Path(__file__).parents[1]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    requirements = [Requirement(line) for line in
+                    [*project["dependencies"], *(r for extra in project["optional-dependencies"].values()
+                                                 for r in extra)]]
+    floors = {Requirement(line).name.lower().replace("_", "-"): str(next(iter(Requirement(line).specifier)).version)
+              for line in (root / "floors.txt").read_text().splitlines() if line and not line.startswith("#")}
+    lower = {}
+    for requirement in requirements:
+        bounds = [spec.version for spec in requirement.specifier if spec.operator == ">="]
+        if bounds:
+            lower[requirement.name.lower().replace("_", "-")] = bounds[0]
+    assert lower == floors
