@@ -412,3 +412,27 @@ def test_wrapped_layers_expose_in_and_out_features():
         {"lin0": (10, 20), "lin1": (20, 20)}
     with pytest.raises(ValueError, match="cannot be merged"):
         peft_model.merge_adapter()
+
+
+def test_a_family_declares_where_its_bottleneck_adapters_go_and_the_method_reads_it(monkeypatch):
+    """Each family folder's BOTTLENECK_TARGETS (a table of slots, or the model type whose table its layers share) is
+    what the presets use: a new family declares its own and needs no edit in adapters/."""
+    import types
+
+    from hf_plm_ext.adapters.bottleneck import targets
+    from hf_plm_ext.registry import family_folders
+
+    declared = {folder.AUTO_CLASSES["AutoConfig"].model_type: folder.BOTTLENECK_TARGETS
+                for folder in family_folders() if hasattr(folder, "BOTTLENECK_TARGETS")}
+    assert set(declared) >= {"macbert", "electra-rtd", "transfo-xl", "rev-lsh"}
+    for model_type, table in declared.items():
+        expected = targets.TRANSFORMERS_TARGETS[table] if isinstance(table, str) else table
+        assert targets.targets()[model_type] == expected
+    toy_config = type("ToyConfig", (), {"model_type": "toy"})
+    toy = types.SimpleNamespace(AUTO_CLASSES={"AutoConfig": toy_config},
+                                BOTTLENECK_TARGETS=dict(layer=r"(?:.*\.)?blocks\.(\d+)", output="mlp"))
+    monkeypatch.setattr(targets, "family_folders", lambda: [*family_folders(), toy])
+    config = BottleneckConfig.from_preset("houlsby")
+    config.mh_adapter = False
+    assert targets.target_regex("toy", config) == r"(?:.*\.)?blocks\.(\d+)\.(?:mlp)"
+    assert targets.layer_index("model.blocks.3.mlp", "toy") == 3

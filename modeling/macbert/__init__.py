@@ -39,3 +39,5 @@ AUTO_CLASSES = {
 # PEFT's default targets (hf_plm_ext/adapters/peft_targets.py registers them): its layers are BERT's modules, so
 # every method takes PEFT's entry for BERT
 PEFT_TARGETS = "bert"
+# bottleneck adapters' places (hf_plm_ext/adapters/bottleneck/targets.py reads them): BERT's modules
+BOTTLENECK_TARGETS = "bert"

@@ -32,3 +32,7 @@ AUTO_CLASSES = {
 # (and the feed-forward modules it scales at the input), LayerNorm tuning
 PEFT_TARGETS = dict(lora=["query", "query_key", "value"], ia3=["query_key", "key", "value", "feed_forward.output"],
                     ia3_feedforward=["feed_forward.output"], ln_tuning=["layer_norm"])
+# bottleneck adapters' places (hf_plm_ext/adapters/bottleneck/targets.py reads them), by slot: pre-LayerNorm
+# blocks have no LayerNorm after a sublayer, so no Pfeiffer slots
+BOTTLENECK_TARGETS = dict(layer=r"(?:.*\.)?layers\.(\d+)", attention="attention", attention_parallel="attention",
+                          output="feed_forward", output_parallel="feed_forward")

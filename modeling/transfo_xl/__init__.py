@@ -26,3 +26,7 @@ AUTO_CLASSES = {
 # attention's projections), IA3 (and the feed-forward modules it scales at the input), LayerNorm tuning
 PEFT_TARGETS = dict(lora=["qkv_net"], ia3=["qkv_net", "CoreNet.3"], ia3_feedforward=["CoreNet.3"],
                     ln_tuning=["layer_norm"])
+# bottleneck adapters' places (hf_plm_ext/adapters/bottleneck/targets.py reads them), by slot
+BOTTLENECK_TARGETS = dict(layer=r"(?:.*\.)?layers\.(\d+)", attention="dec_attn.o_net",
+                          attention_ln="dec_attn.layer_norm", output="pos_ff.CoreNet", output_ln="pos_ff.layer_norm",
+                          output_parallel="pos_ff.CoreNet")

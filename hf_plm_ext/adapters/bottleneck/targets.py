@@ -4,30 +4,40 @@
 (Houlsby's sequential adapter), ``attention_ln`` / ``output_ln`` (Pfeiffer's: ``original_ln_before``) and
 ``attention_parallel`` / ``output_parallel``; ``layer``: the path of a layer, its index in the one group.
 BERT-style output modules take every kind, so BERT's family names the same module in each slot.
+
+The table here holds transformers' model types; this package's families declare theirs in their folder
+(``BOTTLENECK_TARGETS``: such a table, or the model type here whose table their layers share, e.g. ``"bert"``), as
+they declare ``PEFT_TARGETS``: a new family needs no edit here.
 """
 
 import re
+
+from hf_plm_ext.registry import family_folders
 
 BERT_LIKE = dict(layer=r"(?:.*\.)?encoder\.layer\.(\d+)",
                  **{slot: "attention.output" for slot in ("attention", "attention_ln", "attention_parallel")},
                  **{slot: "output" for slot in ("output", "output_ln", "output_parallel")})
 
-TARGETS = {
-    **{model_type: BERT_LIKE for model_type in ("bert", "roberta", "xlm-roberta", "camembert", "electra",
-                                                "macbert", "electra-rtd")},
+TRANSFORMERS_TARGETS = {
+    **{model_type: BERT_LIKE for model_type in ("bert", "roberta", "xlm-roberta", "camembert", "electra")},
     "distilbert": dict(layer=r"(?:.*\.)?transformer\.layer\.(\d+)", attention="attention",
                        attention_ln="sa_layer_norm", attention_parallel="attention", output="ffn",
                        output_ln="output_layer_norm", output_parallel="ffn"),
     # one shared layer per group: its adapters are shared across the depth as its weights are
     "albert": dict(layer=r"(?:.*\.)?albert_layer_groups\.\d+\.albert_layers\.(\d+)", attention="attention.dense",
                    attention_ln="attention.LayerNorm", output="ffn_output", output_ln="full_layer_layer_norm"),
-    "transfo-xl": dict(layer=r"(?:.*\.)?layers\.(\d+)", attention="dec_attn.o_net",
-                       attention_ln="dec_attn.layer_norm", output="pos_ff.CoreNet", output_ln="pos_ff.layer_norm",
-                       output_parallel="pos_ff.CoreNet"),
-    # pre-LayerNorm blocks: no LayerNorm after a sublayer, so no Pfeiffer slots
-    "rev-lsh": dict(layer=r"(?:.*\.)?layers\.(\d+)", attention="attention", attention_parallel="attention",
-                    output="feed_forward", output_parallel="feed_forward"),
 }
+
+
+def targets() -> dict[str, dict]:
+    """``{model_type: slots}``: transformers' model types and every family folder's ``BOTTLENECK_TARGETS``."""
+    table = dict(TRANSFORMERS_TARGETS)
+    for folder in family_folders():
+        declared = getattr(folder, "BOTTLENECK_TARGETS", None)
+        if declared is not None:
+            table[folder.AUTO_CLASSES["AutoConfig"].model_type] = (TRANSFORMERS_TARGETS[declared]
+                                                                   if isinstance(declared, str) else declared)
+    return table
 
 
 def slot_names(config) -> list[str]:
@@ -39,10 +49,11 @@ def slot_names(config) -> list[str]:
 
 def target_regex(model_type: str, config) -> str:
     """The ``target_modules`` regex of ``config``'s adapters in a ``model_type`` model, or one clear error."""
-    if model_type not in TARGETS:
+    known = targets()
+    if model_type not in known:
         raise ValueError(f"no bottleneck adapter targets are known for model type {model_type!r} (known: "
-                         f"{', '.join(sorted(TARGETS))}): pass target_modules")
-    table = TARGETS[model_type]
+                         f"{', '.join(sorted(known))}): pass target_modules")
+    table = known[model_type]
     missing = [slot for slot in slot_names(config) if slot not in table]
     if missing:
         raise ValueError(f"{model_type} has no module for a {' / '.join(missing)} adapter (e.g. pre-LayerNorm "
@@ -54,6 +65,7 @@ def target_regex(model_type: str, config) -> str:
 
 def layer_index(key: str, model_type: str | None) -> int | None:
     """The layer index in a module path (the first ``.N.`` when the model type is not in the table)."""
-    pattern = TARGETS[model_type]["layer"] if model_type in TARGETS else r".*?\.(\d+)"
+    known = targets()
+    pattern = known[model_type]["layer"] if model_type in known else r".*?\.(\d+)"
     match = re.match(pattern + r"\.", key)
     return int(match.group(1)) if match else None
