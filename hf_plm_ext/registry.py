@@ -16,8 +16,6 @@ from transformers.models.auto.auto_factory import _BaseAutoModelClass, _LazyAuto
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
 import hf_plm_ext.modeling
-from hf_plm_ext.modeling.macbert.pipeline_spelling_correction import TASK as SPELLING_CORRECTION
-from hf_plm_ext.modeling.macbert.pipeline_spelling_correction import SpellingCorrectionPipeline
 
 
 class AutoModelForSpellingCorrection(_BaseAutoModelClass):
@@ -44,6 +42,15 @@ def family_folders() -> list:
     """The family folders under ``hf_plm_ext.modeling`` (``modeling/`` in the checkout), by name."""
     return [importlib.import_module(f"{hf_plm_ext.modeling.__name__}.{folder.name}")
             for folder in pkgutil.iter_modules(hf_plm_ext.modeling.__path__) if folder.ispkg]
+
+
+def spelling_correction() -> dict:
+    """The ``SPELLING_CORRECTION`` declaration of the family folder that has one (``task``, ``pipeline``, ``head``,
+    ``starts_from``: see ``modeling/macbert/__init__.py``)."""
+    declared = [folder.SPELLING_CORRECTION for folder in family_folders() if hasattr(folder, "SPELLING_CORRECTION")]
+    if len(declared) != 1:
+        raise RuntimeError(f"one family folder declares SPELLING_CORRECTION, found {len(declared)}")
+    return declared[0]
 
 
 # config class -> {Auto class name: model class}, from each folder's AUTO_CLASSES
@@ -80,8 +87,9 @@ def register_families() -> None:
                 model_class._auto_class = auto_name
             else:
                 model_class.register_for_auto_class(auto_name)
-    if SPELLING_CORRECTION not in PIPELINE_REGISTRY.get_supported_tasks():
-        PIPELINE_REGISTRY.register_pipeline(SPELLING_CORRECTION, pipeline_class=SpellingCorrectionPipeline,
+    correction = spelling_correction()
+    if correction["task"] not in PIPELINE_REGISTRY.get_supported_tasks():
+        PIPELINE_REGISTRY.register_pipeline(correction["task"], pipeline_class=correction["pipeline"],
                                             pt_model=AutoModelForSpellingCorrection, type="text")
 
 

@@ -216,7 +216,8 @@ def test_a_checkpoint_of_another_family_is_refused(tmp_path):
 
     TransfoXLModel(TransfoXLConfig(vocab_size=50, d_model=16, d_embed=16, n_head=2, d_head=8, d_inner=32, n_layer=1,
                                    adaptive=False, cutoffs=[])).save_pretrained(tmp_path)
-    with pytest.raises(UserInputError, match="'transfo-xl' checkpoint: spelling correction starts from a BERT"):
+    with pytest.raises(UserInputError, match="'transfo-xl' checkpoint: spelling correction starts from a 'bert' or "
+                                             "'macbert' one"):
         spelling_correction_model(str(tmp_path))
 
 
@@ -473,3 +474,24 @@ def test_correct_on_a_model_that_cannot_become_a_corrector_does_not_suggest_fine
     code, _, stderr = run_cli(["correct", tmp_path / "rev", "你好"], capsys)
     assert code == 2 and "is not a spelling-correction model" in stderr
     assert f"--model {tmp_path / 'rev'}" not in stderr and "a 'rev-lsh' checkpoint cannot start one" in stderr
+
+
+def test_the_application_takes_its_head_and_pipeline_from_the_family_s_declaration(tiny_chinese_bert, monkeypatch):
+    """csc/ names no family: the registry finds the folder that declares SPELLING_CORRECTION (MacBERT's) and the
+    recipe and the corrector build what it declares."""
+    import hf_plm_ext.csc.corrector as corrector
+    import hf_plm_ext.csc.recipe as recipe
+    from hf_plm_ext.modeling import macbert
+    from hf_plm_ext.registry import spelling_correction
+
+    assert spelling_correction() is macbert.SPELLING_CORRECTION
+    for module in (recipe, corrector):
+        source = open(module.__file__, encoding="utf-8").read()
+        assert "MacBert" not in source and "modeling.macbert" not in source, module.__name__
+
+    class OtherHead(MacBertForSpellingCorrection):
+        pass
+
+    declared = {**macbert.SPELLING_CORRECTION, "head": OtherHead}
+    monkeypatch.setattr(recipe, "spelling_correction", lambda: declared)
+    assert type(spelling_correction_model(tiny_chinese_bert)) is OtherHead

@@ -1,14 +1,13 @@
-"""Correcting Chinese text with a spelling-correction checkpoint: its transformers pipeline
-(``SpellingCorrectionPipeline``, in the macbert family's folder so that it travels with the checkpoint) with a progress
-bar and this package's errors."""
+"""Correcting Chinese text with a spelling-correction checkpoint: its transformers pipeline (the family's
+``SPELLING_CORRECTION`` declares it: ``SpellingCorrectionPipeline``, in the macbert family's folder so that it travels
+with the checkpoint) with a progress bar and this package's errors."""
 
 from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoTokenizer
 
 from hf_plm_ext.checkpoints.loading import load_pretrained
 from hf_plm_ext.errors import UserInputError
-from hf_plm_ext.modeling.macbert import MacBertForSpellingCorrection
-from hf_plm_ext.modeling.macbert.pipeline_spelling_correction import SpellingCorrectionPipeline
+from hf_plm_ext.registry import spelling_correction
 
 
 class SpellingCorrector:
@@ -29,8 +28,8 @@ class SpellingCorrector:
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         device = device if device is not None else next(model.parameters()).device
-        self.pipeline = SpellingCorrectionPipeline(model=model.eval(), tokenizer=tokenizer, device=device,
-                                                   batch_size=batch_size)
+        self.pipeline = spelling_correction()["pipeline"](model=model.eval(), tokenizer=tokenizer, device=device,
+                                                          batch_size=batch_size)
         self.max_length = max_length
 
     @classmethod
@@ -38,14 +37,16 @@ class SpellingCorrector:
         config = load_pretrained(AutoConfig, path, "config")
         architectures = config.architectures or []
         if not any(name.endswith("ForSpellingCorrection") for name in architectures):
-            start = (f"`hf-plm-ext finetune csc --model {path} ...`" if config.model_type in ("bert", "macbert")
+            declared = spelling_correction()
+            starts = (*declared["starts_from"], declared["head"].config_class.model_type)
+            start = (f"`hf-plm-ext finetune csc --model {path} ...`" if config.model_type in starts
                      else f"`hf-plm-ext finetune csc --model BERT_OR_MACBERT ...` (a {config.model_type!r} "
                           f"checkpoint cannot start one)")
             raise UserInputError(f"{path} is not a spelling-correction model (its architecture is "
                                  f"{', '.join(architectures) or 'not recorded'}; it has no detection head): train "
                                  f"one with {start}")
         tokenizer = load_pretrained(AutoTokenizer, path, "tokenizer")
-        model = load_pretrained(MacBertForSpellingCorrection, path, "model")
+        model = load_pretrained(spelling_correction()["head"], path, "model")
         return cls(model, tokenizer, **kwargs)
 
     def __call__(self, texts, progress: bool = False):

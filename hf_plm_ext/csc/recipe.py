@@ -29,7 +29,7 @@ from hf_plm_ext.csc.data import (
 from hf_plm_ext.csc.metrics import csc_scores
 from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.files import staged_output
-from hf_plm_ext.modeling.macbert import MacBertConfig, MacBertForSpellingCorrection
+from hf_plm_ext.registry import spelling_correction
 from hf_plm_ext.training.trainer import SubLossTrainer
 
 BENCHMARK, TASK_TYPE = "csc", "text2text-generation"
@@ -60,15 +60,19 @@ class CSCFinetuneArguments:
         "help": "w in w * correction + (1 - w) * detection (default: the config's, 0.3 as MacBERT4CSC)"})
 
 
-def spelling_correction_model(path: str, **config_overrides) -> MacBertForSpellingCorrection:
-    """``path`` as a :class:`MacBertForSpellingCorrection`: a spelling-correction checkpoint as it is; a MacBERT or
-    BERT one with its encoder (and masked-LM head, if it has one) loaded key for key and the detection head new."""
+def spelling_correction_model(path: str, **config_overrides):
+    """``path`` as the spelling-correction head its family declares (``SPELLING_CORRECTION``; MacBERT4CSC's): a
+    spelling-correction checkpoint as it is; one of the family, or of a model type it starts from (BERT), with its
+    encoder (and masked-LM head, if it has one) loaded key for key and the detection head new."""
+    head = spelling_correction()["head"]
+    family_config, starts_from = head.config_class, spelling_correction()["starts_from"]
     config = load_pretrained(AutoConfig, path, "config")
-    if config.model_type == "bert":
-        config = MacBertConfig(**bert_fields(config))
-    elif config.model_type != "macbert":
-        raise UserInputError(f"{path} is a {config.model_type!r} checkpoint: spelling correction starts from a BERT "
-                             "or MacBERT one")
+    if config.model_type in starts_from:
+        config = family_config(**bert_fields(config))
+    elif config.model_type != family_config.model_type:
+        kinds = " or ".join(repr(kind) for kind in (*starts_from, family_config.model_type))
+        raise UserInputError(f"{path} is a {config.model_type!r} checkpoint: spelling correction starts from a "
+                             f"{kinds} one")
     for name, value in config_overrides.items():
         if value is not None:
             setattr(config, name, value)
@@ -76,7 +80,7 @@ def spelling_correction_model(path: str, **config_overrides) -> MacBertForSpelli
         config.validate()
     except (ValueError, StrictDataclassError) as err:  # a field out of range: the config names it
         raise UserInputError(" ".join(str(err).split())) from None
-    return load_pretrained(MacBertForSpellingCorrection, path, "model", config=config)
+    return load_pretrained(head, path, "model", config=config)
 
 
 def training_pairs(args: CSCFinetuneArguments, tokenizer, seed: int):

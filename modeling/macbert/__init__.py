@@ -1,4 +1,6 @@
 from .configuration_macbert import MacBertConfig
+from .pipeline_spelling_correction import TASK as SPELLING_CORRECTION_TASK
+from .pipeline_spelling_correction import SpellingCorrectionPipeline
 from .modeling_macbert import (
     MacBertForMaskedLM,
     MacBertForPreTraining,
@@ -41,3 +43,8 @@ AUTO_CLASSES = {
 PEFT_TARGETS = "bert"
 # bottleneck adapters' places (hf_plm_ext/adapters/bottleneck/targets.py reads them): BERT's modules
 BOTTLENECK_TARGETS = "bert"
+# Chinese spelling correction (hf_plm_ext's registry and csc/ read it; one family declares it): the pipeline task
+# and its class (saved beside a checkpoint, so it travels with it), the head, and the model types whose checkpoints
+# a head starts from besides its own (their encoder and masked-LM head load key for key)
+SPELLING_CORRECTION = dict(task=SPELLING_CORRECTION_TASK, pipeline=SpellingCorrectionPipeline,
+                           head=MacBertForSpellingCorrection, starts_from=("bert",))
