@@ -5,6 +5,7 @@ names its classes in ``AUTO_CLASSES`` (see CONTRIBUTING.md); the registry finds 
 registers classes.
 """
 
+import functools
 import importlib
 import pkgutil
 from collections import OrderedDict
@@ -38,10 +39,12 @@ def auto_class(name: str):
     return getattr(transformers, name, None) or PACKAGE_AUTO_CLASSES[name]
 
 
-def family_folders() -> list:
-    """The family folders under ``hf_plm_ext.modeling`` (``modeling/`` in the checkout), by name."""
-    return [importlib.import_module(f"{hf_plm_ext.modeling.__name__}.{folder.name}")
-            for folder in pkgutil.iter_modules(hf_plm_ext.modeling.__path__) if folder.ispkg]
+@functools.cache
+def family_folders() -> tuple:
+    """The family folders under ``hf_plm_ext.modeling`` (``modeling/`` in the checkout), by name; found once (the
+    adapters read the families' declarations for every module they wrap)."""
+    return tuple(importlib.import_module(f"{hf_plm_ext.modeling.__name__}.{folder.name}")
+                 for folder in pkgutil.iter_modules(hf_plm_ext.modeling.__path__) if folder.ispkg)
 
 
 def spelling_correction() -> dict:

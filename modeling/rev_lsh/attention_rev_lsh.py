@@ -580,8 +580,8 @@ class LSHSelfAttention(nn.Module):
         heads, new tokens, cached + new tokens]``, zero where a query does not look and the rounds weighted (the
         shape of transformers' causal LMs, which ``generate`` splits by token)."""
         if is_filled(cache):
-            out, probs = self.decode(hidden_states, attention_mask, cache, padded_length)
-            return out, None, probs if output_attentions else None
+            out, probs = self.decode(hidden_states, attention_mask, cache, padded_length, output_attentions)
+            return out, None, probs
         check_attention_mask(attention_mask, hidden_states)
         num_hashes = num_hashes or self.num_hashes
         length = hidden_states.shape[1]
@@ -627,11 +627,12 @@ class LSHSelfAttention(nn.Module):
         cache.rotations, cache.factors = rotations, factors
         cache.group_by_bucket(buckets, total + 1)
 
-    def decode(self, hidden_states, attention_mask, cache, padded_length=None):
+    def decode(self, hidden_states, attention_mask, cache, padded_length=None, output_attentions=False):
         """One new token ``[batch, 1, hidden]`` after the cached ones: ``([batch, 1, heads * head_size],
-        probabilities)``, what the last position of a call over the whole (causal) sequence gives with the cached
-        rotations (probabilities over every position so far, ``[batch, heads, 1, seq]``, the rounds weighted). The bucket count stays the one of the first call (a whole-sequence call may choose another for
-        the longer length). The sorted order is not rebuilt: the cache counts the tokens of each bucket, which
+        probabilities or None)``, what the last position of a call over the whole (causal) sequence gives with the
+        cached rotations (with ``output_attentions``, probabilities over every position so far, ``[batch, heads, 1,
+        seq]``, the rounds weighted). The bucket count stays the one of the first call (a whole-sequence call may
+        choose another for the longer length). The sorted order is not rebuilt: the cache counts the tokens of each bucket, which
         places the new token and its chunk's neighbours (cost flat in the sequence length)."""
         position = cache.get_seq_length()
         query_key = rotate_by_position(split_heads(self.query_key(hidden_states), self.num_heads),
@@ -651,7 +652,7 @@ class LSHSelfAttention(nn.Module):
                     else attention_mask.bool())
             out, _, probs = attend(query_key, keys, values, positions[-1:], positions, mask[:, None, :], self.causal,
                                    0.0, False)
-            return merge_heads(out), probs
+            return merge_heads(out), probs if output_attentions else None
         rounds = new_buckets.shape[2]
         query_ranks = cache.counts.cumsum(-1).gather(-1, new_buckets).squeeze(-1) - 1  # the last of its bucket
         query_slots = query_ranks + padded * torch.arange(rounds, device=keys.device)
@@ -665,12 +666,12 @@ class LSHSelfAttention(nn.Module):
         out, logsumexp, probs = attend(query_key.unsqueeze(2).expand(-1, -1, rounds, -1, -1), gather(keys),
                                        gather(values), query_positions, key_positions, key_mask, self.causal, 0.0,
                                        False)
-        first_row = torch.zeros_like(query_positions)
+        dense = lambda weights=None: dense_probabilities(  # noqa: E731
+            probs, torch.zeros_like(query_positions), key_positions, 1, seq, weights) if output_attentions else None
         if rounds == 1:
-            return merge_heads(out[:, :, 0]), dense_probabilities(probs, first_row, key_positions, 1, seq)
+            return merge_heads(out[:, :, 0]), dense()
         round_weights = torch.exp(logsumexp - logsumexp.logsumexp(dim=2, keepdim=True)).unsqueeze(-1)  # float32
-        return (merge_heads((out * round_weights.to(out.dtype)).sum(dim=2)),
-                dense_probabilities(probs, first_row, key_positions, 1, seq, round_weights.squeeze(-1)))
+        return merge_heads((out * round_weights.to(out.dtype)).sum(dim=2)), dense(round_weights.squeeze(-1))
 
     def bucket_factors(self, seq):
         num_buckets = self.num_buckets or auto_num_buckets(seq, self.chunk_length, self.max_position_embeddings)
@@ -818,8 +819,8 @@ class LocalSelfAttention(nn.Module):
         chunks, chunk, window]``)."""
         fused = sdpa and not output_attentions
         if is_filled(cache):
-            out, probs = self.decode(hidden_states, attention_mask, cache, padded_length)
-            return out, None, probs if output_attentions else None
+            out, probs = self.decode(hidden_states, attention_mask, cache, padded_length, output_attentions)
+            return out, None, probs
         check_attention_mask(attention_mask, hidden_states)
         length = hidden_states.shape[1]
         if length > self.chunk_length:
@@ -866,10 +867,10 @@ class LocalSelfAttention(nn.Module):
         return (rotate(self.query(hidden_states)), rotate(self.key(hidden_states)) / math.sqrt(self.head_size),
                 split_heads(self.value(hidden_states), self.num_heads))
 
-    def decode(self, hidden_states, attention_mask, cache, padded_length=None):
+    def decode(self, hidden_states, attention_mask, cache, padded_length=None, output_attentions=False):
         """One new token ``[batch, 1, hidden]`` after the cached ones: ``([batch, 1, heads * head_size],
-        probabilities [batch, heads, 1, seq])``, exactly the last position of a call over the whole (causal)
-        sequence."""
+        probabilities [batch, heads, 1, seq] with output_attentions, else None)``, exactly the last position of a
+        call over the whole (causal) sequence."""
         query, key, value = self._project(hidden_states, next_position(cache))
         keys, values = cache.append(keys=key, values=value)
         seq = keys.shape[2]
@@ -883,6 +884,8 @@ class LocalSelfAttention(nn.Module):
         key_mask = None if attention_mask is None else attention_mask.bool()[:, None, positions]
         out, _, probs = attend(query, keys, values, torch.tensor([seq - 1], device=keys.device), positions, key_mask,
                                self.causal, 0.0, False, mask_self=False)
+        if not output_attentions:
+            return merge_heads(out), None
         return merge_heads(out), dense_probabilities(probs, torch.zeros(1, dtype=torch.long, device=keys.device),
                                                      positions, 1, cache.get_seq_length())
 
