@@ -1,6 +1,7 @@
 # Two entry points for a fresh machine: `make demo` (the main job) and `make test`.
 # Both create .venv and install the package into it; torch is pinned to the local CPU wheel
-# first so that resolving `torch>=2.4` never pulls a multi-GB CUDA build.
+# first so that resolving `torch>=2.4` never pulls a multi-GB CUDA build. transformers' and PEFT's
+# common testers come from their source releases on the package index (tests/upstream.py).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -9,10 +10,11 @@ TORCH_PIN ?= torch==2.13.0
 
 .PHONY: install demo test test-slow test-cuda test-floor bench clean
 
-$(STAMP): pyproject.toml setup.py
+$(STAMP): pyproject.toml setup.py tests/upstream.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install $(TORCH_PIN)
 	$(PY) -m pip install -e ".[dev,zh]"
+	$(PY) tests/upstream.py
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -36,6 +38,7 @@ test-floor:
 	$(FLOOR_VENV)/bin/python -m pip install $(TORCH_PIN)
 	$(FLOOR_VENV)/bin/python -m pip install -c floors.txt -e ".[dev,zh]"
 	$(FLOOR_VENV)/bin/python -m pip check
+	$(FLOOR_VENV)/bin/python tests/upstream.py
 	$(FLOOR_VENV)/bin/python -m pytest -m "not slow and not cuda" -q
 
 clean:

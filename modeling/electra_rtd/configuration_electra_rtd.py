@@ -153,6 +153,16 @@ class ElectraRTDConfig(PreTrainedConfig):
         return json.dumps(config, indent=2) + "\n"
 
     @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """As transformers', and a stock ELECTRA config (``model_type`` "electra", e.g. a
+        ``google/electra-*-discriminator`` checkpoint's) is taken as the discriminator, the generator derived from it:
+        ``ElectraForRTDPreTraining.from_pretrained`` of such a checkpoint continues its pre-training."""
+        if config_dict.get("model_type") == ElectraConfig.model_type:
+            discriminator = {k: v for k, v in config_dict.items() if k not in ("architectures", "auto_map")}
+            config_dict = {"discriminator_config": discriminator, "pad_token_id": config_dict.get("pad_token_id", 0)}
+        return super().from_dict(config_dict, **kwargs)
+
+    @classmethod
     def from_size(cls, size: str, vocab_size: int, generator_hidden_fraction=None, **kwargs):
         """ELECTRA's ``tiny`` (2 x 128, for tests), ``small`` (12 x 256) or ``base`` (12 x 768) pair."""
         if size not in SIZES:

@@ -105,7 +105,6 @@ class KAdapterConfig(PreTrainedConfig):
         if self.adapter_layers is None:
             self.adapter_layers = spread_layers(self.backbone_config.num_hidden_layers)
         self.adapter_layers = list(self.adapter_layers)
-        self.num_hidden_layers = self.backbone_config.num_hidden_layers  # the hidden states returned: the backbone's
         family_auto_map = getattr(type(self), "_family_auto_map", None)  # see MacBertConfig
         if family_auto_map and getattr(self, "auto_map", None) is None:
             self.auto_map = dict(family_auto_map)
@@ -127,6 +126,22 @@ class KAdapterConfig(PreTrainedConfig):
     @vocab_size.setter
     def vocab_size(self, vocab_size: int):
         self.backbone_config.vocab_size = vocab_size
+
+    @property
+    def num_hidden_layers(self) -> int:
+        """The backbone's (the hidden states the model returns are the backbone's)."""
+        return self.backbone_config.num_hidden_layers
+
+    @num_hidden_layers.setter
+    def num_hidden_layers(self, num_hidden_layers: int):
+        previous = self.backbone_config.num_hidden_layers
+        self.backbone_config.num_hidden_layers = num_hidden_layers
+        if self.adapter_layers is not None:  # (during __init__, the adapters' layers are spread afterwards)
+            try:
+                self.validate_k_adapter_fields()
+            except ValueError:
+                self.backbone_config.num_hidden_layers = previous
+                raise
 
     @property
     def num_attention_heads(self) -> int:

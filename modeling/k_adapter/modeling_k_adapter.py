@@ -166,7 +166,7 @@ class KAdapterPreTrainedModel(PreTrainedModel):
     def resize_token_embeddings(self, *args, **kwargs):
         """The backbone's vocabulary, recorded in its sub-config (which ``from_pretrained`` builds it from)."""
         embeddings = self.base_model.backbone.resize_token_embeddings(*args, **kwargs)
-        self.config.backbone_config.vocab_size = embeddings.num_embeddings
+        self.config.backbone_config.vocab_size = self.vocab_size = embeddings.num_embeddings
         return embeddings
 
     @classmethod
@@ -200,9 +200,11 @@ class KAdapterModel(KAdapterPreTrainedModel):
 
     def __init__(self, config: KAdapterConfig):
         super().__init__(config)
-        self.backbone = AutoModel.from_config(config.backbone_config)
+        # the modules that train first: transformers' and PEFT's tools that take "the first layer" find an adapter's
+        # (the backbone is a frozen feature extractor, never in training mode, so it is never checkpointed)
         self.adapters = nn.ModuleDict({name: KAdapter(config) for name in config.adapter_names})
         self.fusion = KAdapterFusion(config)
+        self.backbone = AutoModel.from_config(config.backbone_config)
         self.post_init()
         self.freeze()
 

@@ -371,7 +371,9 @@ class RevLSHModel(RevLSHPreTrainedModel):
         last = self._join_halves(hidden_states[-1])[:, :length]
         return RevLSHModelOutput(
             last_hidden_state=last, cache=cache if use_cache else None,
-            hidden_states=chosen_hidden_states(tuple(h[:, :length] for h in hidden_states), chosen)
+            # (cut only where padded: a slice is a new tensor, off autograd's path, so it could not retain grad)
+            hidden_states=chosen_hidden_states(tuple(h if h.shape[1] == length else h[:, :length]
+                                                     for h in hidden_states), chosen)
             if output_hidden_states else None,
             attentions=None if not output_attentions else tuple(  # with a cache: dense, cut to the input's length
                 probs[..., :length, :length] if use_cache else probs for probs in attentions))
@@ -486,12 +488,14 @@ class RevLSHModel(RevLSHPreTrainedModel):
             last = ReversibleFunction.apply(stacked, list(self.layers), attention_mask, num_hashes,
                                             output_hidden_states, output_attentions, collected, *parameters)
         else:
-            x1, x2 = hidden, hidden
+            # the halves as views of the states returned, so that those are on autograd's path (retain_grad)
+            x1, x2 = stacked.chunk(2, dim=-1)
             for index, layer in enumerate(self.layers):
                 x1, x2, probs = layer(x1, x2, attention_mask, num_hashes, output_attentions,
                                       cache=None if cache is None else cache.layers[index])
                 if output_hidden_states:  # (all of them kept, inference memory grew with depth)
                     collected["hidden_states"].append(torch.cat([x1, x2], dim=-1))
+                    x1, x2 = collected["hidden_states"][-1].chunk(2, dim=-1)
                 collected["attentions"].append(probs)
             last = collected["hidden_states"][-1] if output_hidden_states else torch.cat([x1, x2], dim=-1)
         hidden_states = collected["hidden_states"] if output_hidden_states else [last]

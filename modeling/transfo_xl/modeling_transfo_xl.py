@@ -525,6 +525,10 @@ class TransfoXLPreTrainedModel(PreTrainedModel):
         if new_num_tokens is None and pad_to_multiple_of is None:
             return embedding
         new_num_tokens = self.config.vocab_size if new_num_tokens is None else new_num_tokens
+        if pad_to_multiple_of is not None and not isinstance(pad_to_multiple_of, int):
+            # transformers' refusal, word for word: callers match it
+            raise ValueError(f"Asking to pad the embedding matrix to a multiple of `{pad_to_multiple_of}`, which is "
+                             "not and integer. Please make sure to pass an integer")
         if pad_to_multiple_of is not None:
             new_num_tokens = math.ceil(new_num_tokens / pad_to_multiple_of) * pad_to_multiple_of
         last_start = embedding.bounds[-1][0]
@@ -544,6 +548,7 @@ class TransfoXLPreTrainedModel(PreTrainedModel):
         embedding.num_embeddings = self.config.vocab_size = new_num_tokens
         if softmax is not None:
             softmax.vocab_size = new_num_tokens
+        self.vocab_size = new_num_tokens  # as transformers' resize_token_embeddings records it
         self.tie_weights()
         return embedding
 
