@@ -26,3 +26,5 @@ OTHER_HEADS = (KAdapterForEntityTyping, KAdapterForRelationClassification)
 # PEFT's default targets (hf_plm_ext/adapters/peft_targets.py registers them): its layers are BERT's modules, so
 # every method takes PEFT's entry for BERT (the backbone's and the adapters' layers)
 PEFT_TARGETS = "bert"
+# bottleneck adapters' places (hf_plm_ext/adapters/bottleneck/targets.py reads them): BERT's modules, as above
+BOTTLENECK_TARGETS = "bert"
