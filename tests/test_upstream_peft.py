@@ -52,12 +52,20 @@ CASES = [(f"{variant}-{name}", variant, config_class, kwargs)
          for variant in TINY_CONFIGS for name, config_class, kwargs in METHODS]
 CASE_IDS = [case[0] for case in CASES]
 # the checks PEFT's own test_feature_extraction_models.py runs on its feature-extraction models (the base models
-# here are such models); those for other kinds (generation, prompt learning) are run where that kind is tested
+# here are such models); its generation checks, for causal LMs, are not run here
 CHECKS = ["adapter_name", "delete_adapter", "delete_inactive_adapter", "from_pretrained_config_construction",
           "inference_safetensors", "load_model_low_cpu_mem_usage", "merge_layers", "model_attr",
           "passing_input_embeds_works", "prepare_for_training", "save_pretrained", "save_pretrained_selected_adapters",
           "training", "training_gradient_checkpointing", "training_layer_indexing", "unload_adapter",
           "weighted_combination_of_adapters"]
+
+
+def family_inputs():
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(5, VOCAB, (2, 8), generator=generator)
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[0, -2:] = 0
+    return {"input_ids": input_ids, "attention_mask": attention_mask}
 
 
 def top_level_layers(model_id) -> bool:
@@ -69,11 +77,7 @@ class TestPeftCommonOnFamilies(testing_common.PeftCommonTester):
     torch_device = "cpu"
 
     def prepare_inputs_for_testing(self):
-        generator = torch.Generator().manual_seed(0)
-        input_ids = torch.randint(5, VOCAB, (2, 8), generator=generator)
-        attention_mask = torch.ones_like(input_ids)
-        attention_mask[0, -2:] = 0
-        return {"input_ids": input_ids, "attention_mask": attention_mask}
+        return family_inputs()
 
     @pytest.mark.parametrize("check", CHECKS)
     @pytest.mark.parametrize("test_name,model_id,config_cls,config_kwargs", CASES, ids=CASE_IDS)
@@ -107,7 +111,7 @@ def test_layers_to_transform_with_the_layer_list_named(variant):
                            LoraConfig(layers_to_transform=[0], layers_pattern="layers", init_lora_weights=False))
     adapted = {name.split(".lora_A")[0] for name, _ in model.named_parameters() if ".lora_A." in name}
     assert adapted and all(".layers.0." in name for name in adapted)
-    inputs = TestPeftCommonOnFamilies().prepare_inputs_for_testing()
+    inputs = family_inputs()
     model.train()
     model(**inputs)[0].sum().backward()
     assert all(p.grad is not None for name, p in model.named_parameters() if "lora_" in name)

@@ -9,7 +9,7 @@ in its own message.
 
 import copy
 import functools
-import re
+import inspect
 import tempfile
 import unittest
 from unittest import mock
@@ -21,6 +21,7 @@ from transformers.models.auto import modeling_auto
 from hf_plm_ext import (ElectraForRTDPreTraining, KAdapterModel, RevLSHForCausalLM, RevLSHModel,
                         TransfoXLLMHeadModel)
 from hf_plm_ext.modeling.transfo_xl.modeling_transfo_xl import AdaptiveEmbedding, ProjectedAdaptiveLogSoftmax
+from hf_plm_ext.registry import auto_class
 
 from family_common import TINY_CONFIGS, VOCAB, model_classes
 from upstream import load
@@ -35,25 +36,24 @@ TWO_LAYERS = {
     "rev-lsh": dict(attn_layers=["lsh", "lsh"]),
     "rev-lsh-plain": dict(attn_layers=["local", "local"]),
     "rev-lsh-rotary": dict(attn_layers=["full", "full"]),
-    "k-adapter": dict(backbone_config=dict(TINY_CONFIGS["k-adapter"]().backbone_config.to_dict(), num_hidden_layers=2),
-                      adapter_layers=[0, 2]),
+    "k-adapter": dict(num_hidden_layers=2, adapter_layers=[0, 2]),
 }
-# inputs each family's forward takes beside input_ids
-TAKES_TOKEN_TYPES = {"macbert", "electra-rtd", "k-adapter"}
-# the Auto class a model class is registered under -> the labels transformers' tests give that kind of head
-TOKEN_LABELS = {"AutoModelForMaskedLM", "AutoModelForCausalLM", "AutoModelForTokenClassification"}
+
+
+# transformers' own tables of model types per kind of head (the names behind its Auto classes)
+TRANSFORMERS_TABLES = {id(table) for name, table in vars(modeling_auto).items() if name.endswith("_MAPPING_NAMES")}
 
 
 def auto_table_entries(variant) -> list:
-    """``[(transformers' MODEL_..._MAPPING_NAMES table, {model type: class name})]`` for a family's classes."""
-    config = TINY_CONFIGS[variant]()
-    entries = {}
+    """``[(the table behind an Auto class, {model type: class name})]`` for a family's classes registered with
+    transformers' Auto classes."""
+    model_type = TINY_CONFIGS[variant]().model_type
+    entries = []
     for auto_name, model_class in model_classes(TINY_CONFIGS[variant]).items():
-        head = re.sub(r"(?<!^)(?=[A-Z])", "_", auto_name.removeprefix("AutoModel").removeprefix("For")).upper()
-        table = getattr(modeling_auto, f"MODEL_FOR_{head}_MAPPING_NAMES" if head else "MODEL_MAPPING_NAMES", None)
-        if table is not None:
-            entries.setdefault(id(table), (table, {}))[1][config.model_type] = model_class.__name__
-    return list(entries.values())
+        table = auto_class(auto_name)._model_mapping._model_mapping
+        if id(table) in TRANSFORMERS_TABLES:
+            entries.append((table, {model_type: model_class.__name__}))
+    return entries
 
 
 class FamilyModelTester:
@@ -66,14 +66,16 @@ class FamilyModelTester:
         self.seq_length = seq_length
         self.is_training = True
         self.vocab_size = VOCAB
-        text = self.get_config().get_text_config()
-        self.hidden_size = text.hidden_size
+        config = self.get_config()
+        text = config.get_text_config()
+        self.hidden_size = TINY_CONFIGS[variant].hidden_state_width(config)
         self.num_hidden_layers = text.num_hidden_layers
         self.num_attention_heads = text.num_attention_heads
+        base_model = model_classes(TINY_CONFIGS[variant])["AutoModel"]
+        self.takes_token_types = "token_type_ids" in inspect.signature(base_model.forward).parameters
         if variant.startswith("rev-lsh"):
-            # as transformers' Reformer tester: the hidden states are the two halves side by side; a chunked layer's
-            # attentions are [batch, heads, chunks (x rounds for LSH), chunk, keys (its chunk and the one before)]
-            self.hidden_size = 2 * text.hidden_size
+            # as transformers' Reformer tester: a chunked layer's attentions are [batch, heads, chunks (x rounds for
+            # LSH), chunk, keys (its chunk and the one before)]
             kind = text.attn_layers[0]
             if kind != "full":
                 self.chunk_length = getattr(text, f"{kind}_attn_chunk_length")
@@ -92,7 +94,7 @@ class FamilyModelTester:
         inputs = {"input_ids": torch.randint(5, VOCAB, shape, generator=generator),
                   "attention_mask": torch.ones(shape, dtype=torch.long)}
         inputs["attention_mask"][0, -2:] = 0
-        if self.variant in TAKES_TOKEN_TYPES:
+        if self.takes_token_types:
             inputs["token_type_ids"] = torch.zeros(shape, dtype=torch.long)
         return self.get_config(), inputs
 
@@ -124,18 +126,12 @@ class FamilyCommonTests(modeling_common.ModelTesterMixin):
         self.config_tester = configuration_common.ConfigTester(self, config_class=type(config), **fields)
 
     def _prepare_for_class(self, inputs_dict, model_class, return_labels=False):
+        """transformers' labels for the heads in its tables (entered in setUp); the heads it has none for, as
+        transformers' BERT tests give its pre-training head."""
         inputs = super()._prepare_for_class(inputs_dict, model_class, return_labels=return_labels)
         if return_labels:
-            kind = model_class._auto_class
             batch, length = self.model_tester.batch_size, self.model_tester.seq_length
-            if kind in TOKEN_LABELS:
-                inputs["labels"] = torch.zeros((batch, length), dtype=torch.long)
-            elif kind == "AutoModelForSequenceClassification":
-                inputs["labels"] = torch.zeros(batch, dtype=torch.long)
-            elif kind == "AutoModelForQuestionAnswering":
-                inputs["start_positions"] = torch.zeros(batch, dtype=torch.long)
-                inputs["end_positions"] = torch.zeros(batch, dtype=torch.long)
-            elif model_class.__name__ == "MacBertForPreTraining":
+            if model_class.__name__ == "MacBertForPreTraining":
                 inputs["labels"] = torch.zeros((batch, length), dtype=torch.long)
                 inputs["sentence_order_label"] = torch.zeros(batch, dtype=torch.long)
             elif model_class.__name__ == "MacBertForSpellingCorrection":
@@ -177,11 +173,8 @@ class TestElectraRtdCommon(FamilyCommonTests, unittest.TestCase):
         """All of ConfigTester's checks but the composite one, which assumes each sub-config of its own class: the
         two halves are both ``ElectraConfig``. What a stock ``ElectraConfig.from_pretrained`` of the folder gives
         (the discriminator, the half one fine-tunes) is checked instead."""
-        tester = self.config_tester
-        composite = tester.create_and_test_config_from_and_save_pretrained_composite
-        with mock.patch.object(tester, "create_and_test_config_from_and_save_pretrained_composite"):
-            tester.run_common_tests()
-        self.assertTrue(callable(composite))
+        with mock.patch.object(self.config_tester, "create_and_test_config_from_and_save_pretrained_composite"):
+            self.config_tester.run_common_tests()
         config = self.model_tester.get_config()
         with tempfile.TemporaryDirectory() as folder:
             config.save_pretrained(folder)
@@ -267,7 +260,6 @@ class RevLSHCommonTests(FamilyCommonTests, generation.GenerationTesterMixin):
         with mock.patch.object(self, "all_model_classes", (RevLSHForCausalLM,)):
             super().test_bc_cache_name_forward()
 
-
     def test_attention_outputs(self):
         """transformers' check, as its Reformer tester declares the chunked shapes, on the bidirectional classes; the
         causal LM runs with a cache by default, and then returns every token's row over every position (dense, as
@@ -275,14 +267,10 @@ class RevLSHCommonTests(FamilyCommonTests, generation.GenerationTesterMixin):
         causal = (RevLSHForCausalLM,)
         with mock.patch.object(self, "all_model_classes", tuple(c for c in self.all_model_classes if c not in causal)):
             super().test_attention_outputs()
-        chunked = {name: getattr(self.model_tester, name) for name in ("chunk_length", "encoder_seq_length",
-                                                                        "key_length", "num_hashes")
-                   if hasattr(self.model_tester, name)}
-        for name in chunked:
-            delattr(self.model_tester, name)
+        for name in ("chunk_length", "encoder_seq_length", "key_length", "num_hashes"):  # (setUp makes a new tester)
+            vars(self.model_tester).pop(name, None)
         with mock.patch.object(self, "all_model_classes", causal):
             super().test_attention_outputs()
-        vars(self.model_tester).update(chunked)
 
 
 class ReversibleTests(RevLSHCommonTests):

@@ -18,6 +18,7 @@ that says so stands in for it when diffusers is not installed.
 
 import importlib
 import importlib.metadata
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -31,23 +32,17 @@ SOURCES = {
     "peft": ("peft_tests", ["tests/testing_common.py", "tests/testing_utils.py"]),
 }
 
-EMPTY_MIXINS = {
-    "generation/test_utils.py": (
-        '"""Not in the source release; written by hf-plm-ext\'s tests/upstream.py."""\n\n\n'
-        "class GenerationTesterMixin:\n    pass\n"),
-    "exporters/test_export.py": (
-        '"""Not in the source release; written by hf-plm-ext\'s tests/upstream.py."""\n\n\n'
-        "class ExportTesterMixin:\n    pass\n"),
+HEADER = '"""Not in the source release; written by hf-plm-ext\'s tests/upstream.py."""\n\n'
+# the modules transformers' tester imports that its source release lacks: {path: text}
+MISSING_MODULES = {
+    "generation/test_utils.py": HEADER + "\nclass GenerationTesterMixin:\n    pass\n",
+    "exporters/test_export.py": HEADER + "\nclass ExportTesterMixin:\n    pass\n",
     # PreTrainedConfig's common fields, each away from its default: ConfigTester checks that every config keeps them
-    "utils/test_configuration_utils.py": (
-        '"""Not in the source release; written by hf-plm-ext\'s tests/upstream.py."""\n\n'
-        "config_common_kwargs = {\n"
-        '    "return_dict": False,\n    "output_hidden_states": True,\n    "output_attentions": True,\n'
-        '    "dtype": "float16",\n    "chunk_size_feed_forward": 5,\n    "architectures": ["BertModel"],\n'
-        '    "id2label": {0: "label"},\n    "label2id": {"label": "0"},\n    "problem_type": "regression",\n'
-        '    "tokenizer_class": "BertTokenizer",\n    "is_encoder_decoder": True,\n'
-        '    "cross_attention_hidden_size": 128,\n    "add_cross_attention": True,\n'
-        '}\n'),
+    "utils/test_configuration_utils.py": HEADER + "config_common_kwargs = " + repr({
+        "return_dict": False, "output_hidden_states": True, "output_attentions": True, "dtype": "float16",
+        "chunk_size_feed_forward": 5, "architectures": ["BertModel"], "id2label": {0: "label"},
+        "label2id": {"label": "0"}, "problem_type": "regression", "tokenizer_class": "BertTokenizer",
+        "is_encoder_decoder": True, "cross_attention_hidden_size": 128, "add_cross_attention": True}) + "\n",
 }
 
 
@@ -61,7 +56,7 @@ def fetch(package: str) -> Path:
     if folder.is_dir():
         return folder
     module_name, members = SOURCES[package]
-    version = importlib.metadata.version(package)
+    version = folder.name.removeprefix(f"{package}-")
     with tempfile.TemporaryDirectory() as download:
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
                         f"{package}=={version}", "-d", download], check=True)
@@ -77,7 +72,7 @@ def fetch(package: str) -> Path:
                 (target / Path(member).name).write_bytes(data)
     (target / "__init__.py").write_text("")
     if package == "transformers":
-        for relative, text in EMPTY_MIXINS.items():
+        for relative, text in MISSING_MODULES.items():
             path = target / relative
             path.parent.mkdir(exist_ok=True)
             (path.parent / "__init__.py").touch()
