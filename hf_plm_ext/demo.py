@@ -32,7 +32,7 @@ from transformers import AutoModelForCausalLM, AutoModelForSequenceClassificatio
 from hf_plm_ext.data.tokenizer_training import train_tokenizer
 from hf_plm_ext.eval.language_model import evaluate_language_model
 from hf_plm_ext.errors import UserInputError
-from hf_plm_ext.eval.runner import FinetuneArguments, finetune
+from hf_plm_ext.finetuning import FinetuneArguments, finetune
 from hf_plm_ext.files import check_new_output
 from hf_plm_ext.training.objectives import OBJECTIVES
 from hf_plm_ext.training.pretrain import pretrain

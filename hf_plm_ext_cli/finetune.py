@@ -8,7 +8,7 @@ NAME, HELP = "finetune", "fine-tune and evaluate on GLUE or CLUE, or for Chinese
 def add_to(finetune_parser):
     from transformers import HfArgumentParser, TrainingArguments
 
-    from hf_plm_ext.eval.runner import FinetuneArguments
+    from hf_plm_ext.finetuning import FinetuneArguments
     from hf_plm_ext.eval.tasks import TASKS
 
     benchmarks = finetune_parser.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK",
@@ -31,7 +31,7 @@ def add_to(finetune_parser):
 
 def run(args):
     from hf_plm_ext.checkpoints.results import results_table
-    from hf_plm_ext.eval.runner import finetune
+    from hf_plm_ext.finetuning import finetune
     from hf_plm_ext.files import check_new_output
 
     finetune_args, training_args = dataclasses_from(args)

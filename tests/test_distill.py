@@ -638,10 +638,10 @@ def test_activation_checkpointing_of_the_student_keeps_the_attention_loss_gradie
     assert expected.abs().sum() > 0 and torch.allclose(checkpointed, expected, atol=1e-6)
 
 
-def test_distill_task_composes_the_runner_s_steps_in_one_pass(tmp_path, tiny_classifier_dir, shared_data,
+def test_distill_task_composes_the_fine_tuning_steps_in_one_pass(tmp_path, tiny_classifier_dir, shared_data,
                                                               student_json):
-    """The modules of hf_plm_ext that ``distill_task`` calls, in order, each once: the runner twice (its data
-    before the stages, its evaluation after, which needs the trained student) and no other return."""
+    """The modules of hf_plm_ext that ``distill_task`` calls, in order, each once: the fine-tuning steps twice (the
+    data encoded before the stages, the evaluation after, which needs the trained student) and no other return."""
     import sys
     from pathlib import Path
 
@@ -669,6 +669,7 @@ def test_distill_task_composes_the_runner_s_steps_in_one_pass(tmp_path, tiny_cla
     finally:
         sys.setprofile(None)
     modules = [module[len(package):] for module in called]
-    assert modules == ["eval/tasks.py", "checkpoints/loading.py", "distill/student.py", "eval/runner.py",
-                       "distill/trainer.py", "eval/runner.py", "checkpoints/saving.py", "checkpoints/results.py",
+    assert modules == ["eval/tasks.py", "checkpoints/loading.py", "distill/student.py", "eval/readers.py",
+                       "finetuning/steps.py", "distill/trainer.py", "finetuning/steps.py", "checkpoints/saving.py",
+                       "checkpoints/results.py",
                        "hub/cards.py"], modules

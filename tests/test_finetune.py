@@ -180,7 +180,7 @@ def test_a_failure_during_training_leaves_no_output(tmp_path, tiny_classifier_di
 
 def test_labels_json_that_disagrees_with_the_task_table_is_refused(tmp_path, shared_data):
     from hf_plm_ext.errors import UserInputError
-    from hf_plm_ext.eval.runner import check_labels_file
+    from hf_plm_ext.eval.readers import check_labels_file
     from hf_plm_ext.eval.tasks import get_task
 
     tnews = get_task("clue", "tnews")

@@ -22,7 +22,7 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def room_of(module: str) -> str | None:
-    """``hf_plm_ext.eval.runner`` -> ``eval``: the sub-package or top-level module of the library it is in."""
+    """``hf_plm_ext.eval.readers`` -> ``eval``: the sub-package or top-level module of the library it is in."""
     parts = module.split(".")
     return parts[1] if parts[0] == "hf_plm_ext" and len(parts) > 1 else None
 
@@ -56,7 +56,9 @@ def loops(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_two_rooms_import_each_other_even_round_a_loop():
     graph = room_graph()
-    assert {"checkpoints", "data", "training", "eval", "hub", "convert", "adapters", "distill", "csc"} <= set(graph)
+    assert {"checkpoints", "data", "training", "eval", "finetuning", "hub", "convert", "adapters", "distill",
+            "csc"} <= set(graph)
+    assert "finetuning" not in graph["eval"]  # eval scores; fine-tuning uses it, not the other way
     assert loops(graph) == []
 
 
@@ -107,3 +109,51 @@ def test_pyproject_s_lower_bounds_are_the_floors_the_suite_is_proven_on():
         if bounds:
             lower[requirement.name.lower().replace("_", "-")] = bounds[0]
     assert lower == floors
+
+
+def test_the_top_level_names_its_api_explicitly_and_the_type_checkers_see_the_same_names():
+    """``IMPORT_STRUCTURE`` (what ``hf_plm_ext.__getattr__`` loads on first use) and the ``TYPE_CHECKING`` block
+    (what editors and type checkers read) name the same objects from the same modules."""
+    import hf_plm_ext
+
+    tree = ast.parse((PACKAGE / "__init__.py").read_text(encoding="utf-8"))
+    guarded = next(node for node in tree.body if isinstance(node, ast.If) and getattr(node.test, "id", "") ==
+                   "TYPE_CHECKING")
+    seen = {(node.module, alias.name) for node in guarded.body for alias in node.names}
+    named = {(module, name) for module, names in hf_plm_ext.IMPORT_STRUCTURE.items() for name in names}
+    assert {pair for pair in seen if pair[1] != "*"} == named
+    star = {module.rsplit(".", 1)[1] for module, name in seen if name == "*"}
+    assert star == {folder.__name__.rsplit(".", 1)[1] for folder in hf_plm_ext.family_folders()}
+    for module, name in named:
+        assert getattr(hf_plm_ext, name) is getattr(__import__(module, fromlist=[name]), name)
+
+
+def test_a_family_s_config_from_the_top_level_loads_no_other_room(tmp_path):
+    """``from hf_plm_ext import MacBertConfig`` registers the families and PEFT's methods and imports nothing else of
+    the library: not distillation, spelling correction, fine-tuning or the Trainer."""
+    import subprocess
+    import sys
+
+    probe = ("import sys; from hf_plm_ext import MacBertConfig; import transformers; "
+             "from transformers import AutoConfig; assert AutoConfig.for_model('macbert').__class__ is MacBertConfig; "
+             "from peft.utils import PeftType; assert hasattr(PeftType, 'BOTTLENECK'); "
+             "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith('hf_plm_ext.')}), "
+             "'transformers.trainer' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    rooms, trainer_loaded = " ".join(out[:-1]), out[-1]
+    assert rooms == "['adapters', 'modeling', 'registry']" and trainer_loaded == "False", out
+
+
+def test_the_old_fine_tuning_paths_work_with_a_deprecation_warning():
+    import warnings
+
+    from hf_plm_ext.finetuning import finetune
+    from hf_plm_ext.finetuning.steps import build_classifier
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        from hf_plm_ext.eval.runner import build_classifier as old_build_classifier, finetune as old_finetune
+    assert (old_finetune, old_build_classifier) == (finetune, build_classifier)
+    assert [w.category for w in caught] == [DeprecationWarning] * 2
+    assert "hf_plm_ext.finetuning.recipe.finetune" in str(caught[1].message) or \
+        "hf_plm_ext.finetuning.recipe.finetune" in str(caught[0].message)

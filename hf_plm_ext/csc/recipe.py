@@ -15,7 +15,6 @@ from transformers import AutoConfig, AutoTokenizer, DataCollatorForTokenClassifi
 
 from hf_plm_ext.checkpoints.loading import check_tokenizer_fits, load_pretrained
 from hf_plm_ext.checkpoints.results import write_results
-from hf_plm_ext.checkpoints.saving import save_final
 from hf_plm_ext.convert.bert import bert_fields
 from hf_plm_ext.csc.corrector import SpellingCorrector
 from hf_plm_ext.csc.data import (
@@ -29,6 +28,7 @@ from hf_plm_ext.csc.data import (
 from hf_plm_ext.csc.metrics import csc_scores
 from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.files import staged_output
+from hf_plm_ext.finetuning.steps import save_run, task_trainer
 from hf_plm_ext.registry import spelling_correction
 from hf_plm_ext.training.trainer import SubLossTrainer
 
@@ -128,10 +128,8 @@ def finetune_csc(args: CSCFinetuneArguments, training_args: TrainingArguments) -
     train_dataset = encode_spelling_pairs(train, tokenizer, args.max_seq_length)
     with staged_output(args.output) as staging:
         training_args.output_dir = str(staging)
-        trainer = SubLossTrainer(model=model, args=training_args, train_dataset=train_dataset,
-                                 processing_class=tokenizer, data_collator=DataCollatorForTokenClassification(
-                                     tokenizer, pad_to_multiple_of=8))
-        trainer.model_accepts_loss_kwargs = False  # the model returns batch means
+        trainer = task_trainer(model, tokenizer, training_args, train_dataset, trainer_class=SubLossTrainer,
+                               data_collator=DataCollatorForTokenClassification(tokenizer, pad_to_multiple_of=8))
         train_result = trainer.train()
         corrector = SpellingCorrector(trainer.model, tokenizer, batch_size=training_args.per_device_eval_batch_size,
                                       max_length=args.max_seq_length)
@@ -145,9 +143,7 @@ def finetune_csc(args: CSCFinetuneArguments, training_args: TrainingArguments) -
             "train_metrics": train_result.metrics, "sub_losses": trainer.sub_loss_history[-1:],
             "results": [score_split(corrector, name, file, pairs)[0] for name, file, pairs in splits],
         }
-        save_final(trainer, staging)
-        if trainer.is_world_process_zero():
-            write_results(staging, results)
+        save_run(trainer, staging, results)
     return results
 
 

@@ -21,9 +21,11 @@ from hf_plm_ext.distill.layer_map import layer_map_from
 from hf_plm_ext.distill.student import STUDENT_PRESETS, student_config, student_from_teacher_layers
 from hf_plm_ext.distill.trainer import DistillationArguments, DistillationTrainer
 from hf_plm_ext.errors import UserInputError
-from hf_plm_ext.eval.runner import FinetuneArguments, encode_splits, evaluate_models, load_task_data, parameter_counts
+from hf_plm_ext.eval.readers import load_task_data
 from hf_plm_ext.eval.tasks import get_task
 from hf_plm_ext.files import staged_output
+from hf_plm_ext.finetuning import FinetuneArguments
+from hf_plm_ext.finetuning.steps import encode_splits, evaluate_models, parameter_counts
 from hf_plm_ext.hub.cards import render_card
 
 STUDENT_HELP = (f"a fresh student of the teacher's family and vocabulary: a preset ({', '.join(STUDENT_PRESETS)}) "

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hf_plm_ext.errors import UserInputError
-from hf_plm_ext.eval.tasks import Task
+from hf_plm_ext.eval.tasks import Task, get_task
 from hf_plm_ext.files import check_file
 
 
@@ -67,6 +67,53 @@ def read_examples(task: Task, path) -> Examples:
     if not examples.label:
         raise UserInputError(f"{path}: no examples")
     return examples
+
+
+@dataclass
+class TaskData:
+    """A task's examples as read from its files."""
+
+    task: Task
+    train_file: Path
+    validation_files: dict[str, Path]
+    train: Examples
+    validation: dict[str, Examples]
+
+
+def load_task_data(benchmark: str, args) -> TaskData:
+    """The task's training split and every validation split (MNLI: matched and mismatched), checked; ``args``
+    names them as ``FinetuneArguments`` does (``task``, ``data_dir``, ``train_file``, ``validation_file``)."""
+    task = get_task(benchmark, args.task)
+    train_file, validation_files = task_files(task, args)
+    check_labels_file(task, args.data_dir)
+    return TaskData(task, train_file, validation_files, read_examples(task, train_file),
+                    {split: read_examples(task, path) for split, path in validation_files.items()})
+
+
+def task_files(task: Task, args) -> tuple[Path, dict[str, Path]]:
+    if args.data_dir is None and (args.train_file is None or args.validation_file is None):
+        raise UserInputError("give --data-dir, or both --train-file and --validation-file")
+    data_dir = Path(args.data_dir) if args.data_dir else None
+    if data_dir is not None and not data_dir.is_dir():
+        raise UserInputError(f"--data-dir {data_dir} is not a directory")
+    train = Path(args.train_file) if args.train_file else data_dir / task.train_file
+    if args.validation_file:
+        validation = {"dev": Path(args.validation_file)}
+    else:
+        validation = {split: data_dir / name for split, name in task.validation_files.items()}
+    return train, validation
+
+
+def check_labels_file(task: Task, data_dir):
+    if task.labels_file is None or data_dir is None:
+        return
+    path = Path(data_dir) / task.labels_file
+    if not path.is_file():
+        return
+    listed = read_label_list(path)
+    unknown = sorted(set(listed) - set(task.labels))
+    if unknown:
+        raise UserInputError(f"{path}: labels {unknown} are not in the {task.name} label set {list(task.labels)}")
 
 
 def read_label_list(path) -> list[str]:
