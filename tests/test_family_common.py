@@ -460,18 +460,26 @@ def test_generate_returns_per_step_outputs_and_hands_on_keyword_arguments(varian
         assert all(a is not None and a.shape[:2] == (rows, text.num_attention_heads) for a in attentions), step
 
 
+def declared_float_fields(variant) -> list[str]:
+    """The float fields the family's config declares itself (not inherited from transformers' configs)."""
+    config_class = type(TINY_CONFIGS[variant]())
+    declared = {name for cls in config_class.__mro__ if not cls.__module__.startswith("transformers")
+                for name in getattr(cls, "__annotations__", {})}
+    return [field.name for field in dataclasses.fields(config_class)
+            if field.name in declared and "float" in str(field.type)]
+
+
+def test_the_float_field_check_finds_fields_to_check():
+    assert {variant for variant in TINY_CONFIGS if declared_float_fields(variant)} >= {"macbert", "transfo-xl",
+                                                                                       "rev-lsh", "k-adapter"}
+
+
 @pytest.mark.parametrize("variant", list(TINY_CONFIGS))
 def test_float_fields_take_ints_as_config_files_hold_them(variant):
     """``config.json`` files hold a dropout of 0 as ``0``: every float field the family declares takes an int, as
     transformers' configs' dropouts do (a field whose range refuses both 0 and 1 is refused for the range, never
     for the type). Fields inherited from transformers' own configs behave as there."""
-    config_class = type(TINY_CONFIGS[variant]())
-    declared = {name for cls in config_class.__mro__ if not cls.__module__.startswith("transformers")
-                for name in getattr(cls, "__annotations__", {})}
-    floats = [field.name for field in dataclasses.fields(config_class)
-              if field.name in declared and "float" in str(field.type)]
-    assert floats
-    for name in floats:
+    for name in declared_float_fields(variant):
         for value in (0, 1, 2):
             try:
                 assert getattr(TINY_CONFIGS[variant](**{name: value}), name) == value
