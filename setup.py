@@ -1,7 +1,7 @@
 """Package discovery (the rest of the metadata is in pyproject.toml): setuptools finds every package, and the
 top-level ``modeling/`` and ``hub_cards/`` folders install as ``hf_plm_ext.modeling`` and ``hf_plm_ext.hub_cards``
-(DESIGN.md keeps the Hub-portable family folders outside the library). A new folder with an ``__init__.py`` is a
-package; nothing lists them by hand."""
+(CONTRIBUTING.md, "Design rules": the Hub-portable family folders stay outside the library). A new folder with an
+``__init__.py`` is a package; nothing lists them by hand."""
 
 from setuptools import find_packages, setup
 

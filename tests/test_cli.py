@@ -4,6 +4,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -99,16 +100,18 @@ def test_setuptools_finds_every_package_folder_for_the_wheel():
     assert json.loads(given) == sorted(found)
 
 
-README = cli_main.__file__.rsplit("/hf_plm_ext_cli/", 1)[0] + "/README.md"
+CHECKOUT = Path(cli_main.__file__).resolve().parents[1]
+DOCUMENTS = [CHECKOUT / "README.md", *sorted((CHECKOUT / "docs").glob("*.md"))]
 
 
 def readme_command_lines() -> list[str]:
-    """Every whole ``hf-plm-ext`` line of the README's code blocks (continuations joined)."""
+    """Every whole ``hf-plm-ext`` line of the code blocks of the README and the guides in docs/ (continuations
+    joined)."""
     import shlex
-    from pathlib import Path
 
     lines = []
-    for block in re.findall(r"```[a-z]*\n(.*?)```", Path(README).read_text(encoding="utf-8"), re.S):
+    text = "\n".join(document.read_text(encoding="utf-8") for document in DOCUMENTS)
+    for block in re.findall(r"```[a-z]*\n(.*?)```", text, re.S):
         for line in re.sub(r"\\\n\s*", " ", block).splitlines():
             words = shlex.split(line.strip(), comments=True)
             if words[:1] == ["hf-plm-ext"] and "..." not in words:  # (a line with "..." is a fragment)

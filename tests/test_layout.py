@@ -1,6 +1,6 @@
-"""The arrows point one way (DESIGN.md): no two rooms of ``hf_plm_ext`` import each other, directly or round a loop,
-counting the imports inside functions; ``checkpoints`` imports no wing; ``modeling`` imports nothing of the library;
-nothing of the library imports the console package."""
+"""The arrows point one way (CONTRIBUTING.md, "Design rules"): no two rooms of ``hf_plm_ext`` import each other,
+directly or round a loop, counting the imports inside functions; ``checkpoints`` imports no wing; ``modeling``
+imports nothing of the library; nothing of the library imports the console package."""
 
 import ast
 from pathlib import Path
