@@ -62,3 +62,13 @@ def dataclasses_from(namespace):
         except ValueError as err:  # a dataclass's own check of its flags (the Trainer's too): one line, exit 2
             raise UserInputError(last_line(err)) from None
     return instances
+
+
+def as_switches(parser, dataclass_type) -> None:
+    """The dataclass's bool fields as switches (``--resume``, never ``--resume VALUE``) on a command that also takes
+    positionals: HfArgumentParser gives a bool an optional value, which would take the positional after it
+    (``--resume MODEL``)."""
+    names = {f.name for f in dataclasses.fields(dataclass_type) if f.type is bool}
+    for action in parser._actions:
+        if action.dest in names and action.option_strings and action.nargs == "?":
+            action.__class__, action.nargs = argparse._StoreConstAction, 0

@@ -158,8 +158,8 @@ README_LINES = readme_command_lines()
 
 def test_the_readme_has_command_lines_for_every_command():
     documented = {line.split()[0] for line in README_LINES}
-    assert documented >= {"tokenizer", "pretrain", "finetune", "distill", "eval", "correct", "convert", "export",
-                          "k-adapter", "push"}, documented
+    assert documented >= {"tokenizer", "pretrain", "finetune", "benchmark", "distill", "eval", "correct", "convert",
+                          "export", "k-adapter", "push"}, documented
 
 
 @pytest.mark.parametrize("line", README_LINES)
