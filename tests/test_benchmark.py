@@ -215,3 +215,68 @@ def test_a_head_that_cannot_take_the_task_is_refused_before_any_run(tiny_classif
                                                                       problem_type="regression",
                                                                       ignore_mismatched_sizes=True), rows, "stsb")
     assert torch.is_grad_enabled()
+
+
+def test_the_datasets_library_s_glue_gives_the_same_runs_as_the_download_s_files(tmp_path, shared_data,
+                                                                                 tiny_classifier_dir, capsys,
+                                                                                 monkeypatch):
+    """``--dataset nyu-mll/glue``: the library's MRPC (its column names, a ClassLabel, ``idx``, a test split
+    labelled -1), here made from the same rows as the files, gives the same results and submission."""
+    import datasets
+
+    data = glue_folder(shared_data, tmp_path, tasks=("MRPC",))
+
+    def rows(split):
+        lines = (data / "MRPC" / f"{split}.tsv").read_text().splitlines()[1:]
+        fields = [line.split("\t") for line in lines]
+        return {"sentence1": [f[3] for f in fields], "sentence2": [f[4] for f in fields],
+                "label": [int(f[0]) for f in fields], "idx": list(range(len(fields)))}
+
+    features = datasets.Features({"sentence1": datasets.Value("string"), "sentence2": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["not_equivalent", "equivalent"]),
+                                  "idx": datasets.Value("int32")})
+    test = {**rows("dev"), "label": [-1] * len(rows("dev")["idx"])}
+    library_mrpc = datasets.DatasetDict({
+        "train": datasets.Dataset.from_dict(rows("train"), features=features),
+        "validation": datasets.Dataset.from_dict(rows("dev"), features=features),
+        "test": datasets.Dataset.from_dict(test, features=features)})
+    asked = []
+
+    def load_dataset(name, config):
+        asked.append((name, config))
+        if config != "mrpc":
+            raise FileNotFoundError(f"{name}/{config} is not in the cache")
+        return library_mrpc
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    from_files, from_library = tmp_path / "files", tmp_path / "library"
+    assert run_cli(["benchmark", "glue", tiny_classifier_dir, "--output", from_files, "--data-dir", data, *GRID],
+                   capsys)[0] == 0
+    code, _, stderr = run_cli(["benchmark", "glue", tiny_classifier_dir, "--output", from_library, "--dataset",
+                               "nyu-mll/glue", *GRID], capsys)
+    assert code == 0, stderr
+    assert ("nyu-mll/glue", "cola") in asked  # every task tried; only MRPC is in this cache
+    files_state, library_state = (json.loads((folder / "results.json").read_text())
+                                  for folder in (from_files, from_library))
+    assert [(r["lr"], r["seed"], r["score"]) for r in files_state["runs"]] == \
+        [(r["lr"], r["seed"], r["score"]) for r in library_state["runs"]]
+    with zipfile.ZipFile(from_files / "submission.zip") as one, zipfile.ZipFile(from_library / "submission.zip") as two:
+        assert one.read("MRPC.tsv") == two.read("MRPC.tsv")
+    code, _, stderr = run_cli(["benchmark", "glue", tiny_classifier_dir, "--output", tmp_path / "none", "--dataset",
+                               "nyu-mll/glue", "--tasks", "rte", *GRID], capsys)
+    assert code == 2 and "no 'rte' configuration in the datasets cache" in stderr
+
+
+def test_the_library_s_label_names_map_onto_the_task_s_label_order():
+    """CLUE's label names whatever the library's order; GLUE's order is the library's; -1 is a test row."""
+    import datasets
+
+    from hf_plm_ext.eval.library_datasets import label_text
+    from hf_plm_ext.eval.tasks import get_task
+
+    cmnli, mnli, stsb = get_task("clue", "cmnli"), get_task("glue", "mnli"), get_task("glue", "stsb")
+    library_order = datasets.ClassLabel(names=["neutral", "entailment", "contradiction"])
+    assert [label_text(cmnli, library_order, i) for i in (0, 1, 2)] == ["neutral", "entailment", "contradiction"]
+    assert [label_text(mnli, datasets.ClassLabel(num_classes=3), i) for i in (0, 2)] == ["entailment",
+                                                                                          "contradiction"]
+    assert label_text(mnli, None, -1) is None and label_text(stsb, None, 3.25) == "3.25"

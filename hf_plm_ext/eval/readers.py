@@ -41,6 +41,13 @@ class Examples:
 def read_examples(task: Task, path) -> Examples:
     path = check_file(path, f"{task.name} data file")
     records = _read_tsv(task, path) if task.benchmark == "glue" else _read_json_lines(path)
+    return examples_from_records(task, records, path)
+
+
+def examples_from_records(task: Task, records, source) -> Examples:
+    """``records``: ``(line number, record)`` pairs, a record as the task's files hold it (a TSV row by its header's
+    names or, headerless, a list; a JSON object); ``source`` names where they come from in messages."""
+    path = source
     examples = Examples([], [], [], [])
     for line_no, record in records:
         where = f"{path}:{line_no}"

@@ -36,6 +36,8 @@ from hf_plm_ext.eval.leaderboard import (
     test_splits,
     write_predictions,
 )
+from hf_plm_ext.eval.library_datasets import load_task_splits, test_examples
+from hf_plm_ext.eval.library_datasets import task_data as library_task_data
 from hf_plm_ext.eval.readers import load_task_data
 from hf_plm_ext.eval.scoring import evaluate_splits
 from hf_plm_ext.eval.tasks import TASKS as TASKS_OF, get_task
@@ -47,9 +49,12 @@ from hf_plm_ext.finetuning.steps import build_classifier, classification_trainer
 @dataclass
 class BenchmarkArguments:
     output: str = field(metadata={"help": "folder for results.json, results.md, submission.zip and the runs"})
-    data_dir: str = field(metadata={"help": "a folder with one sub-folder per task, named as GLUE's download "
-                                            "script and CLUE's releases name them (CoLA/, SST-2/, ...; afqmc/ or "
-                                            "afqmc_public/, ...)"})
+    data_dir: str | None = field(default=None, metadata={
+        "help": "a folder with one sub-folder per task, named as GLUE's download script and CLUE's releases name "
+                "them (CoLA/, SST-2/, ...; afqmc/ or afqmc_public/, ...)"})
+    dataset: str | None = field(default=None, metadata={
+        "help": "instead of --data-dir: the datasets library's benchmark (nyu-mll/glue, clue/clue), one "
+                "configuration per task, as load_dataset finds it (offline: from the cache)"})
     model: str | None = field(default=None, metadata={"help": "the checkpoint every run starts from (the "
                                                               "command's MODEL)"})
     tasks: str | None = field(default=None, metadata={"help": "comma-separated tasks (default: every task whose "
@@ -71,6 +76,9 @@ class BenchmarkArguments:
     def __post_init__(self):
         if not self.model:
             raise UserInputError("give the checkpoint to start every run from: benchmark glue|clue MODEL ...")
+        if (self.data_dir is None) == (self.dataset is None):
+            raise UserInputError("give the tasks' data with one of --data-dir (a folder per task) or --dataset (the "
+                                 "datasets library's nyu-mll/glue or clue/clue)")
         if self.seeds < 1:
             raise UserInputError(f"--seeds must be at least 1, got {self.seeds}")
         self.learning_rate_grid()
@@ -87,8 +95,9 @@ class BenchmarkArguments:
                                  f"{self.learning_rates!r}")
         return grid
 
-    def finetune_arguments(self, task: str, data_dir: Path) -> FinetuneArguments:
-        return FinetuneArguments(task=task, model=self.model, output=self.output, data_dir=str(data_dir),
+    def finetune_arguments(self, task: str, data_dir: Path | None) -> FinetuneArguments:
+        return FinetuneArguments(task=task, model=self.model, output=self.output,
+                                 data_dir=None if data_dir is None else str(data_dir),
                                  max_seq_length=self.max_seq_length, max_train_samples=self.max_train_samples,
                                  ignore_mismatched_sizes=self.ignore_mismatched_sizes, adapter=self.adapter,
                                  peft_config=self.peft_config)
@@ -108,25 +117,49 @@ class PreparedTask:
 
 def plan(benchmark: str, args: BenchmarkArguments, training_args: TrainingArguments) -> list[dict]:
     """Every run, in order: ``{"task", "lr", "seed"}``."""
-    tasks = tasks_in(benchmark, Path(args.data_dir), args.tasks.split(",") if args.tasks else None)
     seeds = [training_args.seed + i for i in range(args.seeds)]
-    return [{"task": task, "lr": lr, "seed": seed} for task in tasks for lr in args.learning_rate_grid()
-            for seed in seeds]
+    return [{"task": task, "lr": lr, "seed": seed} for task in benchmark_tasks(benchmark, args)
+            for lr in args.learning_rate_grid() for seed in seeds]
+
+
+def benchmark_tasks(benchmark: str, args: BenchmarkArguments) -> list[str]:
+    """The tasks asked for, or every task whose data is there."""
+    asked = args.tasks.split(",") if args.tasks else None
+    if args.data_dir is not None:
+        return list(tasks_in(benchmark, Path(args.data_dir), asked))
+    names = [get_task(benchmark, name).name for name in asked] if asked else list(TASKS_OF[benchmark])
+    present = []
+    for name in names:
+        try:
+            load_task_splits(args.dataset, get_task(benchmark, name))
+        except UserInputError:
+            if asked:
+                raise
+            continue
+        present.append(name)
+    if not present:
+        raise UserInputError(f"--dataset {args.dataset}: no {benchmark.upper()} task's configuration found")
+    return present
 
 
 def prepare_task(benchmark: str, name: str, args: BenchmarkArguments) -> PreparedTask:
-    folder = tasks_in(benchmark, Path(args.data_dir), [name])[name]
-    finetune_args = args.finetune_arguments(name, folder)
-    data = load_task_data(benchmark, finetune_args)
+    task = get_task(benchmark, name)
+    if args.data_dir is not None:
+        folder = tasks_in(benchmark, Path(args.data_dir), [name])[name]
+        finetune_args = args.finetune_arguments(name, folder)
+        data = load_task_data(benchmark, finetune_args)
+        test_rows = {split: read_test_file(task, folder / file_name)
+                     for split, (file_name, _) in test_splits(task).items() if (folder / file_name).is_file()}
+    else:
+        finetune_args = args.finetune_arguments(name, None)
+        data, test_sets = library_task_data(args.dataset, task)
+        test_rows = {split: test_examples(task, rows) for split, rows in test_sets.items()}
     model, tokenizer = build_classifier(data.task, finetune_args)
     train_dataset, eval_datasets = encode_splits(data, tokenizer, finetune_args)
     check_classifier(model, train_dataset, name)
-    tests = {}
-    for split, (file_name, submission_name) in test_splits(data.task).items():
-        if (folder / file_name).is_file():
-            ids, examples = read_test_file(data.task, folder / file_name)
-            tests[split] = (ids, tokenize(examples, tokenizer, args.max_seq_length).remove_columns("labels"),
-                            submission_name)
+    tests = {split: (ids, tokenize(examples, tokenizer, args.max_seq_length).remove_columns("labels"),
+                     test_splits(task)[split][1])
+             for split, (ids, examples) in test_rows.items()}
     return PreparedTask(name, finetune_args, data, train_dataset, eval_datasets, tests)
 
 
