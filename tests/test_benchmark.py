@@ -280,3 +280,18 @@ def test_the_library_s_label_names_map_onto_the_task_s_label_order():
     assert [label_text(mnli, datasets.ClassLabel(num_classes=3), i) for i in (0, 2)] == ["entailment",
                                                                                           "contradiction"]
     assert label_text(mnli, None, -1) is None and label_text(stsb, None, 3.25) == "3.25"
+
+
+def test_an_adapter_benchmark_trains_only_the_adapter_and_keeps_only_it(tmp_path, shared_data, tiny_classifier_dir,
+                                                                        capsys):
+    """``--adapter lora``, as the adapter papers report GLUE: every run a LoRA adapter on MODEL; the kept run is an
+    adapter folder, not a whole model."""
+    data = glue_folder(shared_data, tmp_path, tasks=("MRPC",))
+    out = tmp_path / "bench"
+    code, _, stderr = run_cli(["benchmark", "glue", tiny_classifier_dir, "--output", out, "--data-dir", data,
+                               "--adapter", "lora", "--seeds", "1", "--learning-rates", "1e-3", "--max_steps", "1",
+                               "--max-seq-length", "32"], capsys)
+    assert code == 0, stderr
+    state = json.loads((out / "results.json").read_text())
+    kept = Path(state["runs"][0]["model_dir"])
+    assert (kept / "adapter_config.json").is_file() and not (kept / "model.safetensors").exists()
