@@ -2,6 +2,7 @@
 bad configs (issue 21). The family tester covers what every model class does."""
 
 import json
+from unittest import mock
 
 import pytest
 import torch
@@ -9,6 +10,7 @@ from huggingface_hub.errors import StrictDataclassError
 
 from hf_plm_ext import RevLSHConfig, RevLSHForCausalLM, RevLSHForMaskedLM, RevLSHModel
 from hf_plm_ext.modeling.rev_lsh import FullSelfAttention, LocalSelfAttention, LSHSelfAttention, rotate_by_position
+from hf_plm_ext.modeling.rev_lsh.reversible_rev_lsh import ReversibleFunction
 
 from family_common import tiny_rev_lsh
 
@@ -72,6 +74,35 @@ def test_the_reversible_forward_keeps_no_activations_of_the_layers():
 
     assert saved_bytes(8) == saved_bytes(2) < saved_bytes(2, reversible=False) < saved_bytes(8, reversible=False)
 
+
+
+def test_the_backward_record_keeps_buckets_in_the_smallest_integer_type():
+    """The reversible backward keeps every LSH layer's buckets: one byte each while rounds x (buckets + the padding
+    bucket) fit in uint8, two to 32,767 (int64 kept 8 bytes for every token, round and head of every layer)."""
+    from hf_plm_ext.modeling.rev_lsh.attention_rev_lsh import bucket_dtype, offset_buckets
+
+    assert [bucket_dtype(n) for n in (255, 256, 32767, 32768)] == [torch.uint8, torch.int16, torch.int16,
+                                                                     torch.int32]
+    raw = torch.randint(0, 64, (1, 2, 2, 10))
+    mask = torch.ones(1, 10, dtype=torch.long)
+    mask[0, -2:] = 0
+    offset = offset_buckets(raw, 64, mask)
+    assert offset.dtype == torch.uint8 and int(offset.max()) <= 2 * 65 - 1
+    assert torch.equal(offset.long(), offset_buckets(raw, 64, mask).long())
+    assert offset_buckets(raw, 200).dtype == torch.int16  # 2 rounds x 200 buckets
+    config = tiny_rev_lsh(attn_layers=["lsh", "local", "lsh"])
+    model = RevLSHModel(config).train()
+    kept = []
+    original = ReversibleFunction.forward
+
+    def spy(ctx, *args):
+        out = original(ctx, *args)
+        kept.extend(record.get("buckets") for record in ctx.records)
+        return out
+
+    with mock.patch.object(ReversibleFunction, "forward", staticmethod(spy)):
+        model(torch.randint(5, 99, (2, 64))).last_hidden_state.sum().backward()
+    assert [None if b is None else b.dtype for b in kept] == [torch.uint8, None, torch.uint8]
 
 
 @pytest.mark.parametrize("output_hidden_states", [False, True])

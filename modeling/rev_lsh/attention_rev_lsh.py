@@ -775,11 +775,20 @@ def masks_nothing(attention_mask) -> bool:
 
 def offset_buckets(buckets, total, attention_mask=None):
     """Padding (``attention_mask`` 0) into a bucket of its own (after every other: where nothing is padding the
-    order is the same as without it), then round r's buckets offset by r times the bucket count."""
+    order is the same as without it), then round r's buckets offset by r times the bucket count; in the smallest
+    integer type that holds them (:func:`bucket_dtype`), as the reversible backward keeps them for every layer."""
     if attention_mask is not None:
         buckets = buckets.masked_fill(~attention_mask.bool()[:, None, None, :], total)
         total += 1
-    return buckets + torch.arange(buckets.shape[2], device=buckets.device).view(1, 1, -1, 1) * total
+    rounds = buckets.shape[2]
+    offsets = torch.arange(rounds, device=buckets.device).view(1, 1, -1, 1) * total
+    return (buckets + offsets).to(bucket_dtype(rounds * total - 1))
+
+
+def bucket_dtype(largest: int) -> torch.dtype:
+    """uint8, int16, int32 or int64: the smallest that holds ``largest`` (the sort takes any of them)."""
+    return next(dtype for dtype in (torch.uint8, torch.int16, torch.int32, torch.int64)
+                if largest <= torch.iinfo(dtype).max)
 
 
 def key_scale(query_keys, eps=1e-6):

@@ -156,7 +156,8 @@ class ReversibleFunction(torch.autograd.Function):
             if buckets is not None:  # kept in one block, as the RNG states (each layer's own pinned the heap)
                 if bucket_block is None:
                     bucket_block = buckets.new_empty(len(layers), *buckets.shape)
-                records[-1]["buckets"] = bucket_block[index].copy_(buckets)
+                if buckets.dtype == bucket_block.dtype:  # (a layer of another bucket count keeps its own)
+                    records[-1]["buckets"] = bucket_block[index].copy_(buckets)
             if output_hidden_states:
                 collected["hidden_states"].append(torch.cat([x1, x2], dim=-1))
             if output_attentions:
