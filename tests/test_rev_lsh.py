@@ -76,6 +76,16 @@ def test_the_reversible_forward_keeps_no_activations_of_the_layers():
 
 
 
+def test_sorting_by_a_unique_key_gives_the_stable_sort_s_order():
+    """The LSH order is (bucket, position) through the argsort of bucket x length + position (an operator ONNX
+    has), equal to a stable sort of the buckets, ties and every integer type included."""
+    from hf_plm_ext.modeling.rev_lsh.attention_rev_lsh import sort_by_bucket
+
+    for dtype, high in ((torch.uint8, 9), (torch.int16, 300), (torch.int64, 5)):
+        buckets = torch.randint(0, high, (2, 3, 200)).to(dtype)
+        assert torch.equal(sort_by_bucket(buckets), buckets.long().argsort(dim=-1, stable=True))
+
+
 def test_the_backward_record_keeps_buckets_in_the_smallest_integer_type():
     """The reversible backward keeps every LSH layer's buckets: one byte each while rounds x (buckets + the padding
     bucket) fit in uint8, two to 32,767 (int64 kept 8 bytes for every token, round and head of every layer)."""

@@ -704,8 +704,7 @@ class LSHSelfAttention(nn.Module):
         window]``, or with ``dense_length`` over the first ``dense_length`` positions (:func:`dense_probabilities`,
         the rounds weighted)."""
         batch, heads, seq, d = query_keys.shape
-        flat_buckets = buckets.reshape(batch, heads, num_hashes * seq)
-        order = flat_buckets.argsort(dim=-1, stable=True)  # by (round, bucket, position)
+        order = sort_by_bucket(buckets.reshape(batch, heads, num_hashes * seq))  # by (round, bucket, position)
         positions = order % seq
         query_positions = into_chunks(positions, self.chunk_length)
         key_positions = look_adjacent(query_positions, self.chunks_before, self.chunks_after)
@@ -783,6 +782,14 @@ def offset_buckets(buckets, total, attention_mask=None):
     rounds = buckets.shape[2]
     offsets = torch.arange(rounds, device=buckets.device).view(1, 1, -1, 1) * total
     return (buckets + offsets).to(bucket_dtype(rounds * total - 1))
+
+
+def sort_by_bucket(flat_buckets):
+    """The order of ``flat_buckets`` ``[..., rounds * seq]`` by (bucket, index): the argsort of a unique key, bucket
+    x length + index, as transformers' Reformer sorts, not a stable sort (which ONNX has no operator for)."""
+    length = flat_buckets.shape[-1]
+    index = torch.arange(length, device=flat_buckets.device)
+    return (flat_buckets.long() * length + index).argsort(dim=-1)
 
 
 def bucket_dtype(largest: int) -> torch.dtype:
