@@ -197,24 +197,26 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(case, tmp_path, shared
 
 def test_a_head_that_cannot_take_the_task_is_refused_before_any_run(tiny_classifier_dir):
     """STS-B is a regression: a classifier whose head can only classify fails the check on two examples."""
-    import torch
     from datasets import Dataset
+    from transformers import AutoTokenizer
 
     from hf_plm_ext import MacBertForSequenceClassification
     from hf_plm_ext.errors import UserInputError
     from hf_plm_ext.finetuning.benchmark import check_classifier
 
-    model = MacBertForSequenceClassification.from_pretrained(tiny_classifier_dir, num_labels=1,
-                                                             problem_type="single_label_classification",
-                                                             ignore_mismatched_sizes=True)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_classifier_dir)
     rows = Dataset.from_dict({"input_ids": [[2, 5, 6, 3], [2, 7, 3]], "attention_mask": [[1] * 4, [1] * 3],
                               "labels": [3.2, 1.0]})
+    classifying = MacBertForSequenceClassification.from_pretrained(tiny_classifier_dir, num_labels=1,
+                                                                   problem_type="single_label_classification",
+                                                                   ignore_mismatched_sizes=True)
     with pytest.raises(UserInputError, match="stsb: the model's classification head cannot take this task"):
-        check_classifier(model, rows, "stsb")
-    check_classifier(MacBertForSequenceClassification.from_pretrained(tiny_classifier_dir, num_labels=1,
-                                                                      problem_type="regression",
-                                                                      ignore_mismatched_sizes=True), rows, "stsb")
-    assert torch.is_grad_enabled()
+        check_classifier(classifying, tokenizer, rows, "stsb")
+    regressing = MacBertForSequenceClassification.from_pretrained(tiny_classifier_dir, num_labels=1,
+                                                                  problem_type="regression",
+                                                                  ignore_mismatched_sizes=True)
+    check_classifier(regressing, tokenizer, rows, "stsb")
+    assert all(p.grad is None for p in regressing.parameters())  # the check leaves no gradients behind
 
 
 def test_the_datasets_library_s_glue_gives_the_same_runs_as_the_download_s_files(tmp_path, shared_data,
@@ -256,6 +258,7 @@ def test_the_datasets_library_s_glue_gives_the_same_runs_as_the_download_s_files
                                "nyu-mll/glue", *GRID], capsys)
     assert code == 0, stderr
     assert ("nyu-mll/glue", "cola") in asked  # every task tried; only MRPC is in this cache
+    assert asked.count(("nyu-mll/glue", "mrpc")) == 1  # found and read once
     files_state, library_state = (json.loads((folder / "results.json").read_text())
                                   for folder in (from_files, from_library))
     assert [(r["lr"], r["seed"], r["score"]) for r in files_state["runs"]] == \

@@ -13,7 +13,6 @@ import statistics
 from pathlib import Path
 
 from hf_plm_ext.errors import UserInputError
-from hf_plm_ext.eval.readers import Examples, _field, _lines, _read_json_lines
 from hf_plm_ext.eval.tasks import TASKS, Task
 
 GLUE_FOLDERS = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP", "mnli": "MNLI",
@@ -65,52 +64,6 @@ def test_splits(task: Task) -> dict[str, tuple[str, str]]:
         return {"test_matched": ("test_matched.tsv", "MNLI-m.tsv"),
                 "test_mismatched": ("test_mismatched.tsv", "MNLI-mm.tsv")}
     return {"test": ("test.tsv", f"{GLUE_FOLDERS[task.name]}.tsv")}
-
-
-def read_test_file(task: Task, path: Path) -> tuple[list, Examples]:
-    """A test file (no labels): the ids the leaderboard wants (GLUE's ``index`` column, CLUE's ``id``; else the
-    row's number from 0) and the texts, as :func:`~hf_plm_ext.eval.readers.read_examples` reads them."""
-    ids, examples = [], Examples([], [], [], [])
-    if task.benchmark == "glue":
-        lines = _lines(path)
-        header_line = next(lines, None)
-        if header_line is None:
-            raise UserInputError(f"{path}: empty file")
-        header = header_line[1].split("\t")
-        # CoLA's training files have no header; its test file names the text "sentence"
-        columns = [c if isinstance(c, str) else "sentence" for c in (task.text_a, task.text_b) if c is not None]
-        missing = [c for c in columns if c not in header]
-        if missing:
-            raise UserInputError(f"{path}:{header_line[0]}: header lacks column(s) {missing} for task {task.name} "
-                                 f"(header: {header})")
-        records = ((line_no, dict(zip(header, line.split("\t")))) for line_no, line in lines)
-    else:
-        columns = None
-        records = _read_json_lines(path)
-    for number, (line_no, record) in enumerate(records):
-        where = f"{path}:{line_no}"
-        if columns is not None:
-            if len(record) != len(header):
-                raise UserInputError(f"{where}: expected {len(header)} tab-separated fields as in the header")
-            texts = [record[c] for c in columns] + [None] * (2 - len(columns))
-            ids.append(int(record["index"]) if record.get("index", "").isdigit() else number)
-        else:
-            if task.build_texts is not None:
-                try:
-                    texts = list(task.build_texts(record))
-                except (KeyError, TypeError, ValueError) as err:
-                    raise UserInputError(f"{where}: cannot build the {task.name} input ({err})") from None
-            else:
-                texts = [_field(record, task.text_a, where),
-                         None if task.text_b is None else _field(record, task.text_b, where)]
-            ids.append(record.get("id", number))
-        examples.text_a.append(texts[0])
-        examples.text_b.append(texts[1])
-        examples.label.append(0.0 if task.is_regression else 0)  # (no labels: a placeholder the model never sees)
-        examples.line.append(line_no)
-    if not ids:
-        raise UserInputError(f"{path}: no examples")
-    return ids, examples
 
 
 def prediction_values(task: Task, logits) -> list:

@@ -4,7 +4,7 @@ task's splits turned into the records its files hold, so the readers' checks and
 from pathlib import Path
 
 from hf_plm_ext.errors import UserInputError
-from hf_plm_ext.eval.readers import Examples, TaskData, examples_from_records
+from hf_plm_ext.eval.readers import Examples, TaskData, examples_from_records, unlabelled_examples
 from hf_plm_ext.eval.tasks import Task
 
 # GLUE's text columns in the datasets library (its files name them otherwise: MRPC's "#1 String" ...)
@@ -55,10 +55,9 @@ def as_record(task: Task, row: dict, label) -> dict | list:
     return record
 
 
-def task_data(dataset: str, task: Task) -> tuple[TaskData, dict]:
-    """``(TaskData, {test split: rows})``: the train and dev splits as the readers read the files, and the test
-    splits' rows (ids = the library's ``idx``)."""
-    splits = load_task_splits(dataset, task)
+def task_data(dataset: str, task: Task, splits) -> tuple[TaskData, dict]:
+    """``(TaskData, {test split: rows})`` of ``splits`` (:func:`load_task_splits`): the train and dev splits as
+    the readers read the files, and the test splits' rows (ids = the library's ``idx``)."""
     examples, tests = {}, {}
     for name, split in splits.items():
         ours = SPLITS.get(name)
@@ -82,14 +81,11 @@ def task_data(dataset: str, task: Task) -> tuple[TaskData, dict]:
 
 def test_examples(task: Task, split) -> tuple[list, Examples]:
     """A test split's ids (the library's ``idx``) and texts."""
-    ids, examples = [], Examples([], [], [], [])
     first, second = GLUE_COLUMNS[task.name] if task.benchmark == "glue" else (task.text_a, task.text_b)
+    ids, rows = [], []
     for index, row in enumerate(split):
         texts = task.build_texts(row) if task.build_texts is not None else (
             row[first], None if second is None else row[second])
         ids.append(row.get("idx", index))
-        examples.text_a.append(texts[0])
-        examples.text_b.append(texts[1])
-        examples.label.append(0.0 if task.is_regression else 0)  # (no labels: a placeholder the model never sees)
-        examples.line.append(index)
-    return ids, examples
+        rows.append((index, *texts))
+    return ids, unlabelled_examples(task, rows)

@@ -123,6 +123,61 @@ def check_labels_file(task: Task, data_dir):
         raise UserInputError(f"{path}: labels {unknown} are not in the {task.name} label set {list(task.labels)}")
 
 
+def read_test_file(task: Task, path) -> tuple[list, Examples]:
+    """A test file (no labels): the ids the leaderboard wants (GLUE's ``index`` column, CLUE's ``id``; else the
+    row's number from 0) and the texts, read as :func:`read_examples` reads the labelled files."""
+    path = check_file(path, f"{task.name} test file")
+    ids, rows = [], []
+    if task.benchmark == "glue":
+        lines = _lines(path)
+        header_line = next(lines, None)
+        if header_line is None:
+            raise UserInputError(f"{path}: empty file")
+        header = header_line[1].split("\t")
+        # CoLA's training files have no header; its test file names the text "sentence"
+        columns = [c if isinstance(c, str) else "sentence" for c in (task.text_a, task.text_b) if c is not None]
+        missing = [c for c in columns if c not in header]
+        if missing:
+            raise UserInputError(f"{path}:{header_line[0]}: header lacks column(s) {missing} for task {task.name} "
+                                 f"(header: {header})")
+        for number, (line_no, line) in enumerate(lines):
+            fields = line.split("\t")
+            if len(fields) != len(header):
+                raise UserInputError(f"{path}:{line_no}: expected {len(header)} tab-separated fields as in the "
+                                     f"header, got {len(fields)}")
+            record = dict(zip(header, fields))
+            ids.append(int(record["index"]) if record.get("index", "").isdigit() else number)
+            rows.append((line_no, *(record[c] for c in columns), *[None] * (2 - len(columns))))
+    else:
+        for number, (line_no, record) in enumerate(_read_json_lines(path)):
+            where = f"{path}:{line_no}"
+            if task.build_texts is not None:
+                try:
+                    texts = task.build_texts(record)
+                except (KeyError, TypeError, ValueError) as err:
+                    raise UserInputError(f"{where}: malformed {task.name} record: {err!r}") from None
+            else:
+                texts = (_field(record, task.text_a, where),
+                         None if task.text_b is None else _field(record, task.text_b, where))
+            ids.append(record.get("id", number))
+            rows.append((line_no, *texts))
+    if not ids:
+        raise UserInputError(f"{path}: no examples")
+    return ids, unlabelled_examples(task, rows)
+
+
+def unlabelled_examples(task: Task, rows) -> Examples:
+    """``Examples`` of ``(line, text_a, text_b)`` rows without labels (a test set's): each label a placeholder the
+    model never sees."""
+    examples = Examples([], [], [], [])
+    for line, text_a, text_b in rows:
+        examples.text_a.append(text_a)
+        examples.text_b.append(text_b)
+        examples.label.append(0.0 if task.is_regression else 0)
+        examples.line.append(line)
+    return examples
+
+
 def read_label_list(path) -> list[str]:
     """CLUE's ``labels.json``: one ``{"label": ..., "label_desc": ...}`` object per line."""
     return [str(_field(record, "label", f"{path}:{line_no}")) for line_no, record in _read_json_lines(path)]

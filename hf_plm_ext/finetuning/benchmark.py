@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import PrinterCallback, TrainingArguments, set_seed
+from transformers import DataCollatorWithPadding, PrinterCallback, TrainingArguments, set_seed
 from transformers.utils import logging as transformers_logging
 
 from hf_plm_ext.checkpoints.loading import load_pretrained
@@ -29,7 +29,6 @@ from hf_plm_ext.eval.leaderboard import (
     BERT_TABLE_METRICS,
     GLUE_FOLDERS,
     prediction_values,
-    read_test_file,
     run_score,
     split_metric,
     tasks_in,
@@ -38,7 +37,7 @@ from hf_plm_ext.eval.leaderboard import (
 )
 from hf_plm_ext.eval.library_datasets import load_task_splits, test_examples
 from hf_plm_ext.eval.library_datasets import task_data as library_task_data
-from hf_plm_ext.eval.readers import load_task_data
+from hf_plm_ext.eval.readers import load_task_data, read_test_file
 from hf_plm_ext.eval.scoring import evaluate_splits
 from hf_plm_ext.eval.tasks import TASKS as TASKS_OF, get_task
 from hf_plm_ext.files import staged_output
@@ -115,62 +114,58 @@ class PreparedTask:
     tests: dict  # split -> (ids, tokenised dataset, leaderboard file name)
 
 
-def plan(benchmark: str, args: BenchmarkArguments, training_args: TrainingArguments) -> list[dict]:
+def plan(tasks, args: BenchmarkArguments, training_args: TrainingArguments) -> list[dict]:
     """Every run, in order: ``{"task", "lr", "seed"}``."""
     seeds = [training_args.seed + i for i in range(args.seeds)]
-    return [{"task": task, "lr": lr, "seed": seed} for task in benchmark_tasks(benchmark, args)
-            for lr in args.learning_rate_grid() for seed in seeds]
+    return [{"task": task, "lr": lr, "seed": seed} for task in tasks for lr in args.learning_rate_grid()
+            for seed in seeds]
 
 
-def benchmark_tasks(benchmark: str, args: BenchmarkArguments) -> list[str]:
-    """The tasks asked for, or every task whose data is there."""
+def benchmark_tasks(benchmark: str, args: BenchmarkArguments) -> dict:
+    """``{task: where its data is}`` (a folder, or the library's ``DatasetDict``, loaded once): the tasks asked for,
+    or every task whose data is there."""
     asked = args.tasks.split(",") if args.tasks else None
     if args.data_dir is not None:
-        return list(tasks_in(benchmark, Path(args.data_dir), asked))
+        return tasks_in(benchmark, Path(args.data_dir), asked)
     names = [get_task(benchmark, name).name for name in asked] if asked else list(TASKS_OF[benchmark])
-    present = []
+    present = {}
     for name in names:
         try:
-            load_task_splits(args.dataset, get_task(benchmark, name))
+            present[name] = load_task_splits(args.dataset, get_task(benchmark, name))
         except UserInputError:
             if asked:
                 raise
-            continue
-        present.append(name)
     if not present:
         raise UserInputError(f"--dataset {args.dataset}: no {benchmark.upper()} task's configuration found")
     return present
 
 
-def prepare_task(benchmark: str, name: str, args: BenchmarkArguments) -> PreparedTask:
+def prepare_task(benchmark: str, name: str, source, args: BenchmarkArguments) -> PreparedTask:
+    """``source``: the task's folder (``--data-dir``) or its splits (``--dataset``), as :func:`benchmark_tasks`
+    found them."""
     task = get_task(benchmark, name)
-    if args.data_dir is not None:
-        folder = tasks_in(benchmark, Path(args.data_dir), [name])[name]
-        finetune_args = args.finetune_arguments(name, folder)
+    if isinstance(source, Path):
+        finetune_args = args.finetune_arguments(name, source)
         data = load_task_data(benchmark, finetune_args)
-        test_rows = {split: read_test_file(task, folder / file_name)
-                     for split, (file_name, _) in test_splits(task).items() if (folder / file_name).is_file()}
+        test_rows = {split: read_test_file(task, source / file_name)
+                     for split, (file_name, _) in test_splits(task).items() if (source / file_name).is_file()}
     else:
         finetune_args = args.finetune_arguments(name, None)
-        data, test_sets = library_task_data(args.dataset, task)
+        data, test_sets = library_task_data(args.dataset, task, source)
         test_rows = {split: test_examples(task, rows) for split, rows in test_sets.items()}
     model, tokenizer = build_classifier(data.task, finetune_args)
     train_dataset, eval_datasets = encode_splits(data, tokenizer, finetune_args)
-    check_classifier(model, train_dataset, name)
+    check_classifier(model, tokenizer, train_dataset, name)
     tests = {split: (ids, tokenize(examples, tokenizer, args.max_seq_length).remove_columns("labels"),
                      test_splits(task)[split][1])
              for split, (ids, examples) in test_rows.items()}
     return PreparedTask(name, finetune_args, data, train_dataset, eval_datasets, tests)
 
 
-def check_classifier(model, train_dataset, task_name: str) -> None:
+def check_classifier(model, tokenizer, train_dataset, task_name: str) -> None:
     """One forward and backward pass on two training examples, before any run: a head that cannot take the task
     (regression for STS-B) fails here, in one line, not hours in."""
-    batch = train_dataset.select(range(min(2, len(train_dataset))))
-    width = max(len(row) for row in batch["input_ids"])
-    features = {key: torch.tensor([row + [0] * (width - len(row)) for row in batch[key]])
-                for key in ("input_ids", "attention_mask", "token_type_ids") if key in batch.column_names}
-    features["labels"] = torch.tensor(batch["labels"])
+    features = DataCollatorWithPadding(tokenizer)([train_dataset[i] for i in range(min(2, len(train_dataset)))])
     try:
         model(**features).loss.backward()
     except (RuntimeError, ValueError, TypeError) as err:
@@ -197,8 +192,7 @@ def run_one(prepared: PreparedTask, run: dict, training_args: TrainingArguments,
         model, tokenizer = build_classifier(prepared.data.task, prepared.args)
     finally:
         loading_logger.disabled = said
-    arguments = dataclasses.replace(training_args, learning_rate=run["lr"], seed=run["seed"],
-                                    output_dir=str(run_dir))
+    arguments = dataclasses.replace(training_args, learning_rate=run["lr"], seed=run["seed"])
     with staged_output(run_dir) as staging:
         arguments.output_dir = str(staging)
         trainer = classification_trainer(model, tokenizer, prepared.data.task, prepared.train_dataset,
@@ -257,13 +251,13 @@ def _run_benchmark(benchmark, args, training_args, progress):
                              f"rate of --learning-rates ({args.learning_rates})")
     if training_args.resume_from_checkpoint:
         raise UserInputError("--resume_from_checkpoint: a benchmark continues where it stopped with --resume")
-    runs = plan(benchmark, args, training_args)
+    sources = benchmark_tasks(benchmark, args)
+    runs = plan(sources, args, training_args)
     header = {"benchmark": benchmark, "model": str(args.model), "learning_rates": args.learning_rate_grid(),
-              "seeds": sorted({run["seed"] for run in runs}), "tasks": sorted({run["task"] for run in runs},
-                                                                              key=[r["task"] for r in runs].index)}
+              "seeds": sorted({run["seed"] for run in runs}), "tasks": list(sources)}
     if not args.dry_run:
         check_output(output, header, args.resume)
-    prepared = {name: prepare_task(benchmark, name, args) for name in header["tasks"]}
+    prepared = {name: prepare_task(benchmark, name, source, args) for name, source in sources.items()}
     if args.dry_run:
         for name, task in prepared.items():
             progress(f"{name}: {len(task.train_dataset)} training examples, "
@@ -278,7 +272,7 @@ def _run_benchmark(benchmark, args, training_args, progress):
     for count, run in enumerate(todo, start=1):
         record = run_one(prepared[run["task"]], run, training_args, run_folder(output, run))
         state["runs"].append(record)
-        keep_the_best_models(state, output, args.keep_models, finished_task=task_finished(state, runs, run["task"]))
+        keep_the_best_models(state, args.keep_models, finished_task=task_finished(state, runs, run["task"]))
         write_state(output, state, runs)
         left = len(todo) - count
         per_run = (time.perf_counter() - started) / count
@@ -317,7 +311,7 @@ def task_finished(state: dict, runs: list[dict], task: str) -> bool:
     return sum(r["task"] == task for r in state["runs"]) == sum(r["task"] == task for r in runs)
 
 
-def keep_the_best_models(state: dict, output: Path, keep_all: bool, finished_task: bool) -> None:
+def keep_the_best_models(state: dict, keep_all: bool, finished_task: bool) -> None:
     """Remove fine-tuned models no longer needed: while a task runs, each learning rate keeps its best seed's (one
     of them will be chosen); when it ends, only the chosen run's."""
     if keep_all:
@@ -393,12 +387,12 @@ def results_table(state: dict, runs: list[dict]) -> str:
     planned = {task: sum(r["task"] == task for r in runs) for task in tasks}
     finished = {task: [r for r in state["runs"] if r["task"] == task] for task in tasks}
     complete = {task for task in tasks if len(finished[task]) == planned[task]}
+    chosen_lr = {task: chosen_learning_rate(finished[task]) for task in complete}
     columns, cells, bert_entries = [], [], []
     for task_name in tasks:
         task = get_task(benchmark, task_name)
         splits = list(task.validation_files)
-        chosen = [r for r in finished[task_name] if task_name in complete
-                  and r["lr"] == chosen_learning_rate(finished[task_name])]
+        chosen = [r for r in finished[task_name] if r["lr"] == chosen_lr.get(task_name)]
         for split in splits:
             columns.append(column_name(task, split, len(splits)))
             if not chosen:
@@ -410,8 +404,8 @@ def results_table(state: dict, runs: list[dict]) -> str:
             if task_name in BERT_TABLE_METRICS:
                 bert_entries.append(statistics.median(split_metric(r["results"], split, BERT_TABLE_METRICS[
                     task_name]) for r in chosen))
-    scores = {task: statistics.median(r["score"] for r in finished[task] if r["lr"] == chosen_learning_rate(
-        finished[task])) for task in complete}
+    scores = {task: statistics.median(r["score"] for r in finished[task] if r["lr"] == lr)
+              for task, lr in chosen_lr.items()}
     all_there = len(complete) == len(tasks)
     score = f"{statistics.fmean(scores.values()):.1f}" if all_there else "—"
     lines = [f"# {benchmark.upper()} dev results: {state['model']}", ""]

@@ -11,7 +11,13 @@ from hf_plm_ext.eval.readers import load_task_data
 from hf_plm_ext.eval.scoring import evaluate_splits
 from hf_plm_ext.files import staged_output
 from hf_plm_ext.finetuning.arguments import FinetuneArguments
-from hf_plm_ext.finetuning.steps import build_classifier, classification_trainer, encode_splits, parameter_counts, save_run
+from hf_plm_ext.finetuning.steps import (
+    build_classifier,
+    classification_trainer,
+    encode_splits,
+    parameter_counts,
+    save_run,
+)
 from hf_plm_ext.training.layerwise_decay import LayerwiseLRDecayTrainer
 
 
