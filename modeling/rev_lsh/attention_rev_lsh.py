@@ -58,8 +58,7 @@ def look_adjacent(chunks, before, after):
     (circular, as trax and transformers do; a causal mask removes it where it is the future)."""
     if before == 0 and after == 0:
         return chunks
-    neighbours = [chunks if shift == 0 else torch.cat([chunks[:, :, shift:], chunks[:, :, :shift]], dim=2)
-                  for shift in range(-before, after + 1)]
+    neighbours = [chunks if shift == 0 else chunks.roll(-shift, dims=2) for shift in range(-before, after + 1)]
     return torch.cat(neighbours, dim=3)
 
 
@@ -67,14 +66,20 @@ def pad_to_multiple(hidden_states, attention_mask, multiple):
     """``(hidden_states, attention_mask, original length)``, padded at the end to a multiple of ``multiple``
     (the padding masked: a mask is made where there was none)."""
     length = hidden_states.shape[1]
-    missing = -length % multiple
-    if missing == 0:
+    missing = padded_to_multiple(length, multiple) - length
+    if not torch.compiler.is_compiling() and missing == 0:  # (a traced graph pads always: any length runs)
         return hidden_states, attention_mask, length
     if attention_mask is None:
         attention_mask = hidden_states.new_ones(hidden_states.shape[:2], dtype=torch.long)
     hidden_states = nn.functional.pad(hidden_states, (0, 0, 0, missing))
     attention_mask = nn.functional.pad(attention_mask, (0, missing))
     return hidden_states, attention_mask, length
+
+
+def padded_to_multiple(length, multiple):
+    """``length`` rounded up to a multiple of ``multiple``, written so that a symbolic length (torch.export, a
+    dynamic compile) stays provably divisible by ``multiple`` (``length + (-length % multiple)`` does not)."""
+    return (length + multiple - 1) // multiple * multiple
 
 
 def chunk_padded_length(seq, chunk_length):
@@ -163,7 +168,7 @@ def fused_kernel_applies(queries, dropout, training) -> bool:
     kernel (any floating dtype), on CUDA its memory-efficient one (float32, float16, bfloat16, a head size that is
     a multiple of 8: its alignment); neither with attention dropout in training (they would draw their own masks).
     Elsewhere (float64 on CUDA, other devices) the plain path runs: the same numbers, the scores materialised."""
-    if training and dropout > 0:
+    if (training and dropout > 0) or torch.onnx.is_in_onnx_export():  # (ONNX's lowering gives no log-sum-exp)
         return False
     if queries.device.type == "cpu":
         return True
@@ -223,7 +228,10 @@ def pad_chunks_circularly(chunks, before, after):
     if before == 0 and after == 0:
         return chunks
     count = chunks.shape[2]
-    return chunks.index_select(2, torch.arange(-before, count + after, device=chunks.device) % count)
+    order = torch.arange(-before, count + after, device=chunks.device)
+    # (wrapped by hand, not a remainder by the count: ONNX cannot take a tensor modulo a traced size)
+    order = torch.where(order < 0, order + count, torch.where(order >= count, order - count, order))
+    return chunks[:, :, order]  # (indexing, not index_select, whose numel of the index ONNX cannot take)
 
 
 def windows_fit(num_chunks, before, after) -> bool:
@@ -235,9 +243,7 @@ def windows_fit(num_chunks, before, after) -> bool:
 def key_windows(padded, start, stop, width):
     """Chunks ``start .. stop`` of ``padded`` ``[n, chunks, chunk, d]`` (contiguous), each with the ``width - 1``
     chunks after it: ``[n, stop - start, width * chunk, d]``, a view (the windows overlap)."""
-    n, _, chunk, d = padded.shape
-    return padded.as_strided((n, stop - start, width * chunk, d), padded.stride(),
-                             padded.storage_offset() + start * padded.stride(1))
+    return padded[:, start:stop + width - 1].unfold(1, width, 1).permute(0, 1, 4, 2, 3).flatten(2, 3)
 
 
 def window_masks(query_positions, key_positions, key_mask, causal, mask_self, start, stop, batch_heads, dtype,
@@ -278,13 +284,14 @@ def window_masks(query_positions, key_positions, key_mask, causal, mask_self, st
 
 
 def chunk_pieces(num_chunks, bytes_per_chunk, device, round_chunks=None, width=1):
-    """``(start, stop, within_a_round)`` of the pieces the kernel runs over (see :data:`PIECE_BYTES`; on a GPU,
+    """``(start, stop, within_a_round)`` of the pieces the kernel runs over (see :data:`PIECE_BYTES`;
+    ``bytes_per_chunk()`` gives a chunk's share; traced (torch.compile, torch.export), one piece; on a GPU,
     whose caching allocator reuses blocks of any size, one piece, not within a round). ``round_chunks``: the chunks
     of one hash round (LSH); the pieces are then also split where a chunk's window (``width`` chunks) may reach into
     another round, and a piece of chunks whose windows stay inside theirs is ``within_a_round``."""
-    if device.type != "cpu":
+    if device.type != "cpu" or torch.compiler.is_compiling():  # (a traced graph: one piece, any shape)
         return [(0, num_chunks, False)]
-    step = max(1, PIECE_BYTES // max(1, bytes_per_chunk))
+    step = max(1, PIECE_BYTES // max(1, bytes_per_chunk()))
     if not round_chunks or round_chunks < 2 * width:
         return [(start, min(start + step, num_chunks), False) for start in range(0, num_chunks, step)]
     pieces = []
@@ -319,7 +326,7 @@ class FusedWindowAttention(torch.autograd.Function):
             padded_values).contiguous()
         width = padded_keys.shape[1] - num_chunks + 1
         ctx.shape, ctx.width, ctx.causal, ctx.mask_self = (batch, heads), width, causal, mask_self
-        ctx.pieces = chunk_pieces(num_chunks, batch * heads * padded_keys[0, :width].numel()
+        ctx.pieces = chunk_pieces(num_chunks, lambda: batch * heads * padded_keys[0, :width].numel()
                                   * padded_keys.element_size(), queries.device, round_chunks, width)
         ctx.self_slots = (self_slots(query_positions, key_positions, ctx.pieces)
                           if mask_self and key_mask is None and not causal else None)
@@ -337,7 +344,7 @@ class FusedWindowAttention(torch.autograd.Function):
         logsumexp = kernel_logsumexp[..., :q_length]
         sees_others = copies = None
         if mask_self:
-            sees_others = torch.cat(pieces_sees_others, dim=1)
+            sees_others = join(pieces_sees_others)
             if any(piece_copies is not None for piece_copies in pieces_copies):  # (else every query sees others)
                 copies = torch.cat([torch.ones_like(piece_sees_others, dtype=torch.long) if piece_copies is None
                                     else piece_copies
@@ -345,7 +352,7 @@ class FusedWindowAttention(torch.autograd.Function):
                                    dim=1)
         ctx.save_for_backward(queries, padded_keys, padded_values, out, kernel_logsumexp, query_positions,
                               key_positions, key_mask, sees_others)
-        unflat = lambda x: None if x is None else x.view(batch, heads, *x.shape[1:])  # noqa: E731
+        unflat = lambda x: None if x is None else x.unflatten(0, (batch, heads))  # noqa: E731
         outputs = unflat(out), unflat(logsumexp), unflat(sees_others), unflat(copies)
         ctx.mark_non_differentiable(*(output for output in outputs[2:] if output is not None))
         ctx.set_materialize_grads(False)  # a log-sum-exp nothing reads (local attention's, one round's) costs nothing
@@ -526,6 +533,31 @@ def attend(queries, keys, values, query_positions, key_positions, key_mask, caus
     return probs @ values, logsumexp.squeeze(-1), probs
 
 
+def define_seeded_normal():
+    """``op(seed, shape, dtype)``: standard normal numbers from a generator of ``seed`` of their own, as one
+    operator (``hf_plm_ext::seeded_normal``) that torch.compile and torch.export keep in the graph and run per
+    call, where a generator made in the forward would be traced once, its state shared by every later call. (The
+    operator is defined once per process, whichever copy of this file (the library's, a checkpoint's code) comes
+    first.)"""
+    try:
+        return torch.ops.hf_plm_ext.seeded_normal
+    except AttributeError:
+        pass
+
+    @torch.library.custom_op("hf_plm_ext::seeded_normal", mutates_args=())
+    def draw(seed: int, shape: list[int], dtype: torch.dtype) -> torch.Tensor:
+        return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+    @draw.register_fake
+    def _(seed, shape, dtype):
+        return torch.empty(shape, dtype=dtype)
+
+    return torch.ops.hf_plm_ext.seeded_normal
+
+
+seeded_normal = define_seeded_normal()
+
+
 class LSHSelfAttention(nn.Module):
     """Locality-sensitive-hashing attention (Kitaev et al., 2020) with shared queries and keys.
 
@@ -561,6 +593,10 @@ class LSHSelfAttention(nn.Module):
         self.max_position_embeddings, self.rotary_base = max_position_embeddings, rotary_base
         self.query_key = nn.Linear(hidden_size, num_heads * head_size, bias=False)
         self.value = nn.Linear(hidden_size, num_heads * head_size, bias=False)
+        # drawn once, not per call: a traced graph (torch.export, ONNX) cannot hold a generator and its seed
+        fixed_rotations = hash_seed is not None and num_buckets is not None
+        self.register_buffer("seeded_rotations", self.draw_seeded_rotations() if fixed_rotations else None,
+                             persistent=False)
 
     def forward(self, hidden_states, attention_mask=None, buckets=None, num_hashes=None, output_attentions=False,
                 cache=None, padded_length=None, sdpa=True, **unused):
@@ -674,18 +710,32 @@ class LSHSelfAttention(nn.Module):
         return merge_heads((out * round_weights.to(out.dtype)).sum(dim=2)), dense(round_weights.squeeze(-1))
 
     def bucket_factors(self, seq):
+        if self.num_buckets is None and isinstance(seq, torch.SymInt):
+            raise ValueError("rev-lsh: num_buckets=None chooses the bucket count from each input's length, which a "
+                             "dynamic-shape trace (torch.export, torch.compile(dynamic=True), ONNX) cannot follow: "
+                             "set config.num_buckets (e.g. the count the longest input gets)")
         num_buckets = self.num_buckets or auto_num_buckets(seq, self.chunk_length, self.max_position_embeddings)
         return [num_buckets] if isinstance(num_buckets, int) else list(num_buckets)
 
+    def rotation_shape(self, seq, num_hashes):
+        return self.num_heads, self.head_size, num_hashes, sum(self.bucket_factors(seq)) // 2
+
+    def draw_seeded_rotations(self, seq=None, num_hashes=None, dtype=torch.float32):
+        """The rotations of ``hash_seed`` from a generator of its own (torch's global RNG left alone; the same
+        numbers as transformers' Reformer's ``torch.manual_seed(hash_seed)``); ``seq`` only matters where
+        ``num_buckets`` is None."""
+        return seeded_normal(self.hash_seed, self.rotation_shape(seq, num_hashes or self.num_hashes), dtype)
+
     def rotations(self, seq, num_hashes, like):
         """Random rotations ``[heads, head_size, num_hashes, sum(factors) // 2]``, fresh per round. Drawn also when
-        the buckets are given (the reversible backward), so that the dropout after them draws the same masks."""
-        shape = (self.num_heads, self.head_size, num_hashes, sum(self.bucket_factors(seq)) // 2)
+        the buckets are given (the reversible backward), so that the dropout after them draws the same masks. With
+        ``hash_seed`` the same every call: the buffer drawn at initialisation, or where the bucket count follows
+        the length (``num_buckets`` None) or ``num_hashes`` is not the layer's, drawn from the seed per call."""
         if self.hash_seed is None:
-            return torch.randn(shape, device=like.device, dtype=like.dtype)
-        # a generator of its own: the same rotations every call, torch's global RNG left alone
-        generator = torch.Generator().manual_seed(self.hash_seed)
-        return torch.randn(shape, generator=generator, dtype=like.dtype).to(like.device)
+            return torch.randn(self.rotation_shape(seq, num_hashes), device=like.device, dtype=like.dtype)
+        if self.seeded_rotations is not None and num_hashes == self.num_hashes:
+            return self.seeded_rotations.to(like.dtype)
+        return self.draw_seeded_rotations(seq, num_hashes, like.dtype).to(like.device)
 
     @staticmethod
     def raw_buckets(query_keys, rotations, factors):
@@ -695,7 +745,7 @@ class LSHSelfAttention(nn.Module):
         buckets, start, total = 0, 0, 1
         for factor in factors:
             part = rotated[..., start:start + factor // 2]
-            buckets = buckets + total * torch.cat([part, -part], dim=-1).argmax(dim=-1)
+            buckets = buckets + total * argmax_of_both_signs(part)
             start, total = start + factor // 2, total * factor
         return buckets, total
 
@@ -705,7 +755,7 @@ class LSHSelfAttention(nn.Module):
         the rounds weighted)."""
         batch, heads, seq, d = query_keys.shape
         order = sort_by_bucket(buckets.reshape(batch, heads, num_hashes * seq))  # by (round, bucket, position)
-        positions = order % seq
+        positions = torch.arange(seq, device=order.device).repeat(num_hashes)[order]  # (order % seq, as ONNX takes)
         query_positions = into_chunks(positions, self.chunk_length)
         key_positions = look_adjacent(query_positions, self.chunks_before, self.chunks_after)
         sorted_key_mask = None
@@ -755,6 +805,14 @@ class LSHSelfAttention(nn.Module):
             probs = dense_probabilities(probs, query_positions, key_positions, dense_length, dense_length,
                                         sorted_weights)
         return (out * round_weights.to(out.dtype)).sum(dim=2), probs
+
+
+def argmax_of_both_signs(x):
+    """``argmax([x; -x], dim=-1)`` (the first of equal maxima), without building ``[x; -x]`` (whose layout a
+    dynamic-shape trace would specialise to the batch)."""
+    largest, largest_index = x.max(dim=-1)
+    smallest, smallest_index = x.min(dim=-1)
+    return torch.where(largest >= -smallest, largest_index, smallest_index + x.shape[-1])
 
 
 def gather_rows(rows, positions):

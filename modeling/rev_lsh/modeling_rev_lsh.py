@@ -24,7 +24,8 @@ from transformers.modeling_outputs import MaskedLMOutput, SequenceClassifierOutp
 from transformers.utils import ModelOutput, can_return_tuple, logging
 from transformers.utils.output_capturing import selected_hidden_states
 
-from .attention_rev_lsh import FullSelfAttention, LocalSelfAttention, LSHSelfAttention, check_attention_mask
+from .attention_rev_lsh import (FullSelfAttention, LocalSelfAttention, LSHSelfAttention, check_attention_mask,
+                               padded_to_multiple)
 from .cache_rev_lsh import RevLSHCache, as_rev_lsh_cache
 from .configuration_rev_lsh import RevLSHConfig
 from .reversible_rev_lsh import ReversibleFunction, ReversibleLayer
@@ -269,6 +270,8 @@ class RevLSHPreTrainedModel(PreTrainedModel):
         elif isinstance(module, AxialPositionEmbeddings):
             for weight in module.weights:
                 init.normal_(weight, mean=0.0, std=self.config.axial_norm_std)
+        elif isinstance(module, LSHSelfAttention) and module.seeded_rotations is not None:
+            init.copy_(module.seeded_rotations, module.draw_seeded_rotations())  # (not saved: built on meta on load)
 
     def gradient_checkpointing_enable(self, *args, **kwargs):
         if self.config.reversible:
@@ -461,8 +464,9 @@ class RevLSHModel(RevLSHPreTrainedModel):
         reference = input_ids if input_ids is not None else inputs_embeds
         batch, length = reference.shape[:2]
         multiple, shortest = chunk_multiple(self.config)
-        missing = -length % multiple
-        if length <= shortest or missing == 0:
+        missing = padded_to_multiple(length, multiple) - length
+        # (a traced graph pads always, so that it runs at any length)
+        if length <= shortest or (not torch.compiler.is_compiling() and missing == 0):
             return input_ids, inputs_embeds, attention_mask, position_ids
         if attention_mask is None:
             attention_mask = torch.ones(batch, length, dtype=torch.long, device=reference.device)
