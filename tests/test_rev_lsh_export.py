@@ -72,11 +72,13 @@ def test_a_length_chosen_bucket_count_is_refused_under_a_dynamic_trace_with_what
         torch.export.export(model, (), dynamic_inputs(), dynamic_shapes=dynamic_shapes())
 
 
-def test_torch_compile_dynamic_runs_three_lengths_in_one_graph():
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
+def test_torch_compile_dynamic_runs_three_lengths_in_one_graph(backend):
+    """(inductor: about a minute of compiling here, so in the slow set; aot_eager traces the same graph)"""
     model = exportable(["lsh", "local", "full"])
     counters.clear()
     torch._dynamo.reset()
-    compiled = torch.compile(model, dynamic=True, fullgraph=True, backend="aot_eager")
+    compiled = torch.compile(model, dynamic=True, fullgraph=True, backend=backend)
     with torch.no_grad():
         for chunks in (2, 3, 5):
             inputs = dynamic_inputs(chunks=chunks)

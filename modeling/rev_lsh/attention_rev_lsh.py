@@ -231,7 +231,9 @@ def pad_chunks_circularly(chunks, before, after):
     order = torch.arange(-before, count + after, device=chunks.device)
     # (wrapped by hand, not a remainder by the count: ONNX cannot take a tensor modulo a traced size)
     order = torch.where(order < 0, order + count, torch.where(order >= count, order - count, order))
-    return chunks[:, :, order]  # (indexing, not index_select, whose numel of the index ONNX cannot take)
+    if torch.onnx.is_in_onnx_export():  # (ONNX cannot take index_select's numel of a traced index)
+        return chunks[:, :, order]
+    return chunks.index_select(2, order)  # (its backward, index_add, runs 2x an indexing's on the CPU)
 
 
 def windows_fit(num_chunks, before, after) -> bool:

@@ -1,0 +1,198 @@
+"""Issue 52, items 4 and 5: how close one rev-lsh layer's training step runs to the machine's matmul throughput,
+and what each attention kind costs in time and memory at 4k / 16k / 64k tokens.
+
+One reversible layer (attention block + feed-forward block: hidden 256, 4 heads x 64, feed-forward 512, chunks of
+64 with one chunk before, LSH with 2 rounds and the bucket count chosen from n, rotary positions, no dropout), as
+``RevLSHModel`` with ``attn_layers=[kind]``, batch 1, float32, one training step: forward, ``sum().backward()``
+(the reversible backward recomputes the layer's forward from its output). Each point runs in a fresh process:
+time is the median of ``--repeats`` steps after one warm-up step, memory the peak RSS growth over the warm-up step.
+
+Model FLOPs of a step (matmuls only; softmax, norms, sorting and gathers are counted as free): the layer's
+forward F (projections, feed-forward, the chunk attention's QK^T and PV over each query's window, LSH's hashing
+matmul), counted 4 times (forward, backward = 2x forward, the reversible recompute), except the hashing, which
+has no gradient and is not recomputed (the backward reuses the buckets): once. The kernel's own recompute of the
+scores in its backward is not counted (it is work the machine does, not work the model needs).
+
+Next to it, in the same process, the fp32 matmul throughput of the layer's own shapes (``torch.mm`` of [n, 256] x
+[256, 256], [n, 256] x [256, 512], [n, 512] x [512, 256]: total FLOPs over total time, median of 5), and of one
+chunk's attention shapes (``torch.bmm`` of [heads x chunks, 64, 64] x [.., 64, 128], the size the chunk
+attention's matmuls have).
+
+    .venv/bin/python benchmarks/rev_lsh_flops.py --out benchmarks/results/rev_lsh_flops    # about 5 minutes
+    .venv/bin/python benchmarks/rev_lsh_flops.py --profile lsh 16384   # where the time goes
+
+needs psutil in the venv.
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from peak_rss import peak_rss_growth
+
+KINDS = ("lsh", "local", "full")
+LENGTHS = (4096, 16384, 65536)
+HIDDEN, HEADS, HEAD_SIZE, FEED_FORWARD, CHUNK, BEFORE, HASHES = 256, 4, 64, 512, 64, 1, 2
+INNER = HEADS * HEAD_SIZE
+WINDOW = CHUNK * (1 + BEFORE)
+
+
+def build(kind, n):
+    import torch
+
+    from hf_plm_ext import RevLSHConfig, RevLSHModel
+
+    torch.manual_seed(0)
+    config = RevLSHConfig(attn_layers=[kind], hidden_size=HIDDEN, num_attention_heads=HEADS,
+                          attention_head_size=HEAD_SIZE, feed_forward_size=FEED_FORWARD, num_hashes=HASHES,
+                          lsh_attn_chunk_length=CHUNK, local_attn_chunk_length=CHUNK, lsh_num_chunks_before=BEFORE,
+                          local_num_chunks_before=BEFORE, max_position_embeddings=n,
+                          position_embedding_type="rotary", hidden_dropout_prob=0.0,
+                          local_attention_probs_dropout_prob=0.0, full_attention_probs_dropout_prob=0.0)
+    return RevLSHModel(config).train()
+
+
+def hashing_buckets(n):
+    """The bucket count LSH chooses for n (``auto_num_buckets``), as the sum of its factors (the rotations' width
+    is half of it)."""
+    from hf_plm_ext.modeling.rev_lsh.attention_rev_lsh import auto_num_buckets
+
+    buckets = auto_num_buckets(n, CHUNK, n)
+    return sum(buckets) if isinstance(buckets, list) else buckets
+
+
+def step_flops(kind, n):
+    """``(FLOPs of one training step, of which the attention's)``: see the module's docstring."""
+    projections = (2 if kind == "lsh" else 3) * 2 * n * HIDDEN * INNER + 2 * n * INNER * HIDDEN
+    feed_forward = 2 * (2 * n * HIDDEN * FEED_FORWARD)
+    attention = {"lsh": HASHES * 4 * n * WINDOW * INNER, "local": 4 * n * WINDOW * INNER,
+                 "full": 4 * n * n * INNER}[kind]
+    hashing = 2 * n * INNER * HASHES * hashing_buckets(n) // 2 if kind == "lsh" else 0
+    return 4 * (projections + feed_forward + attention) + hashing, 4 * attention
+
+
+def timed(call, repeats=5):
+    call()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def matmul_throughput(n):
+    """``(GFLOP/s of the layer's torch.mm shapes, GFLOP/s of the chunk attention's torch.bmm shapes)``."""
+    import torch
+
+    shapes = [(n, HIDDEN, INNER), (n, HIDDEN, FEED_FORWARD), (n, FEED_FORWARD, HIDDEN)]
+    operands = [(torch.randn(m, k), torch.randn(k, p)) for m, k, p in shapes]
+    seconds = sum(timed(lambda a=a, b=b: torch.mm(a, b)) for a, b in operands)
+    mm = sum(2 * m * k * p for m, k, p in shapes) / seconds / 1e9
+    batch = HEADS * (n // CHUNK)
+    queries, keys = torch.randn(batch, CHUNK, HEAD_SIZE), torch.randn(batch, HEAD_SIZE, WINDOW)
+    bmm = 2 * batch * CHUNK * HEAD_SIZE * WINDOW / timed(lambda: torch.bmm(queries, keys)) / 1e9
+    return mm, bmm
+
+
+def one_point(kind, n, repeats):
+    """In a fresh process: the step's time and memory, and the same process's matmul throughput."""
+    import torch
+
+    model = build(kind, n)
+    x = torch.randn(1, n, HIDDEN, requires_grad=True)
+    step = lambda: model(inputs_embeds=x).last_hidden_state.sum().backward()  # noqa: E731
+    _, peak_bytes = peak_rss_growth(step)  # warm-up, and the memory point
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - started)
+    seconds = statistics.median(times)
+    flops, attention_flops = step_flops(kind, n)
+    mm, bmm = matmul_throughput(n)
+    return {"ms": round(1000 * seconds, 1), "all_ms": [round(1000 * t, 1) for t in times],
+            "peak_mib": round(peak_bytes / 2 ** 20, 1), "gflop": round(flops / 1e9, 2),
+            "attention_gflop": round(attention_flops / 1e9, 2), "gflops": round(flops / seconds / 1e9, 1),
+            "mm_gflops": round(mm, 1), "bmm_gflops": round(bmm, 1), "threads": torch.get_num_threads()}
+
+
+def profile(kind, n):
+    """``torch.profiler`` over 2 steps after one warm-up: the ops with the most time first."""
+    import torch
+
+    model = build(kind, n)
+    x = torch.randn(1, n, HIDDEN, requires_grad=True)
+    model(inputs_embeds=x).last_hidden_state.sum().backward()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+        for _ in range(2):
+            model(inputs_embeds=x).last_hidden_state.sum().backward()
+    print(f"=== {kind} n={n}, 2 steps")
+    print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=18, max_name_column_width=55))
+
+
+def table(results) -> str:
+    lengths = sorted({r["n"] for r in results})
+    lines = ["| layer | n | step (ms) | peak RSS growth (MiB) | model GFLOP (attention) | GFLOP/s | torch.mm GFLOP/s "
+             "| share of torch.mm | chunk torch.bmm GFLOP/s |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for kind in KINDS:
+        for n in lengths:
+            point = next((r for r in results if r["kind"] == kind and r["n"] == n), None)
+            if point is None:
+                continue
+            if "error" in point or "skipped" in point:
+                lines.append(f"| {kind} | {n} | {point.get('error') or point['skipped']} | | | | | | |")
+                continue
+            lines.append(f"| {kind} | {n} | {point['ms']:.0f} | {point['peak_mib']:.0f} | {point['gflop']:.1f} "
+                         f"({point['attention_gflop']:.1f}) | {point['gflops']:.1f} | {point['mm_gflops']:.1f} | "
+                         f"{point['gflops'] / point['mm_gflops']:.0%} | {point['bmm_gflops']:.1f} |")
+    return ("One rev-lsh layer's training step (forward, backward, the reversible recompute), batch 1, float32, "
+            "each point a fresh process\n\n" + "\n".join(lines) + "\n")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default="benchmarks/results/rev_lsh_flops")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--lengths", type=int, nargs="+", default=LENGTHS)
+    parser.add_argument("--kinds", nargs="+", default=KINDS, choices=KINDS)
+    parser.add_argument("--full-up-to", type=int, default=65536,
+                        help="full attention up to this n (at 64k one step took 92 s here)")
+    parser.add_argument("--point", nargs=2, metavar=("KIND", "N"), help=argparse.SUPPRESS)
+    parser.add_argument("--profile", nargs=2, metavar=("KIND", "N"), help="profile one point instead")
+    args = parser.parse_args()
+    if args.profile:
+        profile(args.profile[0], int(args.profile[1]))
+        return
+    if args.point:
+        print("RESULT " + json.dumps(one_point(args.point[0], int(args.point[1]), args.repeats)))
+        return
+    results = []
+    for n in args.lengths:
+        for kind in args.kinds:
+            if kind == "full" and n > args.full_up_to:
+                flops = step_flops(kind, n)[0]
+                results.append({"kind": kind, "n": n, "skipped": f"not run ({flops / 1e12:.0f} TFLOP a step)"})
+                continue
+            repeats = 1 if kind == "full" and n > 8192 else args.repeats
+            completed = subprocess.run([sys.executable, __file__, "--point", kind, str(n), "--repeats",
+                                        str(repeats)], capture_output=True, text=True)
+            if completed.returncode != 0:
+                results.append({"kind": kind, "n": n, "error": completed.stderr.strip().splitlines()[-1][:200]})
+            else:
+                line = next(line for line in completed.stdout.splitlines() if line.startswith("RESULT "))
+                results.append({"kind": kind, "n": n, **json.loads(line[7:])})
+            print(json.dumps(results[-1]), flush=True)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+    out.with_suffix(".md").write_text(table(results))
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
