@@ -67,7 +67,8 @@ def pad_to_multiple(hidden_states, attention_mask, multiple):
     (the padding masked: a mask is made where there was none)."""
     length = hidden_states.shape[1]
     missing = padded_to_multiple(length, multiple) - length
-    if not torch.compiler.is_compiling() and missing == 0:  # (a traced graph pads always: any length runs)
+    # (a traced graph pads always: else it would hold only for lengths that need no padding)
+    if not torch.compiler.is_compiling() and missing == 0:
         return hidden_states, attention_mask, length
     if attention_mask is None:
         attention_mask = hidden_states.new_ones(hidden_states.shape[:2], dtype=torch.long)
@@ -572,8 +573,9 @@ class LSHSelfAttention(nn.Module):
         chunks_before, chunks_after: neighbouring chunks each chunk also attends to.
         causal: a query never sees a later position.
         dropout: on the attention probabilities.
-        hash_seed: rotations drawn from this seed on every call (the same buckets each time; for evaluation and
-            converted checkpoints); None: fresh rotations each call from torch's RNG.
+        hash_seed: rotations drawn from this seed (the same buckets each time; for evaluation, export and
+            converted checkpoints), once into a buffer where ``num_buckets`` is given; None: fresh rotations each
+            call from torch's RNG.
         max_position_embeddings: bounds the automatic bucket count, as in transformers.
         rotary_base: rotary positions on the shared queries / keys (:func:`rotate_by_position`; hashed after the
             rotation, so that the buckets group what the scores compare); None: none (positions come from the

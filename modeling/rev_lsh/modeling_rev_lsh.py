@@ -465,7 +465,7 @@ class RevLSHModel(RevLSHPreTrainedModel):
         batch, length = reference.shape[:2]
         multiple, shortest = chunk_multiple(self.config)
         missing = padded_to_multiple(length, multiple) - length
-        # (a traced graph pads always, so that it runs at any length)
+        # (a traced graph pads always: else it would hold only for lengths that need no padding)
         if length <= shortest or (not torch.compiler.is_compiling() and missing == 0):
             return input_ids, inputs_embeds, attention_mask, position_ids
         if attention_mask is None:
