@@ -20,6 +20,7 @@ attention's matmuls have).
 
     .venv/bin/python benchmarks/rev_lsh_flops.py --out benchmarks/results/rev_lsh_flops    # about 5 minutes
     .venv/bin/python benchmarks/rev_lsh_flops.py --profile lsh 16384   # where the time goes
+    .venv/bin/python benchmarks/rev_lsh_flops.py --device cuda --out benchmarks/results/rev_lsh_flops_cuda
 
 needs psutil in the venv.
 """
@@ -75,6 +76,15 @@ def step_flops(kind, n):
     return 4 * (projections + feed_forward + attention) + hashing, 4 * attention
 
 
+def synchronized(call, device):
+    """``call`` that returns once the device has finished it (a CUDA call returns when queued)."""
+    import torch
+
+    if device == "cpu":
+        return call
+    return lambda: (call(), torch.cuda.synchronize())
+
+
 def timed(call, repeats=5):
     call()
     times = []
@@ -85,28 +95,44 @@ def timed(call, repeats=5):
     return statistics.median(times)
 
 
-def matmul_throughput(n):
+def matmul_throughput(n, device="cpu"):
     """``(GFLOP/s of the layer's torch.mm shapes, GFLOP/s of the chunk attention's torch.bmm shapes)``."""
     import torch
 
     shapes = [(n, HIDDEN, INNER), (n, HIDDEN, FEED_FORWARD), (n, FEED_FORWARD, HIDDEN)]
-    operands = [(torch.randn(m, k), torch.randn(k, p)) for m, k, p in shapes]
-    seconds = sum(timed(lambda a=a, b=b: torch.mm(a, b)) for a, b in operands)
+    operands = [(torch.randn(m, k, device=device), torch.randn(k, p, device=device)) for m, k, p in shapes]
+    seconds = sum(timed(synchronized(lambda a=a, b=b: torch.mm(a, b), device)) for a, b in operands)
     mm = sum(2 * m * k * p for m, k, p in shapes) / seconds / 1e9
     batch = HEADS * (n // CHUNK)
-    queries, keys = torch.randn(batch, CHUNK, HEAD_SIZE), torch.randn(batch, HEAD_SIZE, WINDOW)
-    bmm = 2 * batch * CHUNK * HEAD_SIZE * WINDOW / timed(lambda: torch.bmm(queries, keys)) / 1e9
-    return mm, bmm
+    queries = torch.randn(batch, CHUNK, HEAD_SIZE, device=device)
+    keys = torch.randn(batch, HEAD_SIZE, WINDOW, device=device)
+    bmm_seconds = timed(synchronized(lambda: torch.bmm(queries, keys), device))
+    return mm, 2 * batch * CHUNK * HEAD_SIZE * WINDOW / bmm_seconds / 1e9
 
 
-def one_point(kind, n, repeats):
-    """In a fresh process: the step's time and memory, and the same process's matmul throughput."""
+def peak_growth(step, device):
+    """``step()``'s peak memory above what was in use before it: RSS on the CPU, the caching allocator's on CUDA."""
     import torch
 
-    model = build(kind, n)
-    x = torch.randn(1, n, HIDDEN, requires_grad=True)
-    step = lambda: model(inputs_embeds=x).last_hidden_state.sum().backward()  # noqa: E731
-    _, peak_bytes = peak_rss_growth(step)  # warm-up, and the memory point
+    if device == "cpu":
+        return peak_rss_growth(step)[1]
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    step()
+    return torch.cuda.max_memory_allocated() - before
+
+
+def one_point(kind, n, repeats, device="cpu"):
+    """In a fresh process: the step's time and memory, and the same process's matmul throughput (CUDA: float32
+    with TF32 off, so that both sides do the same arithmetic)."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    model = build(kind, n).to(device)
+    x = torch.randn(1, n, HIDDEN, device=device, requires_grad=True)
+    step = synchronized(lambda: model(inputs_embeds=x).last_hidden_state.sum().backward(), device)
+    peak_bytes = peak_growth(step, device)  # warm-up, and the memory point
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
@@ -114,11 +140,12 @@ def one_point(kind, n, repeats):
         times.append(time.perf_counter() - started)
     seconds = statistics.median(times)
     flops, attention_flops = step_flops(kind, n)
-    mm, bmm = matmul_throughput(n)
+    mm, bmm = matmul_throughput(n, device)
     return {"ms": round(1000 * seconds, 1), "all_ms": [round(1000 * t, 1) for t in times],
             "peak_mib": round(peak_bytes / 2 ** 20, 1), "gflop": round(flops / 1e9, 2),
             "attention_gflop": round(attention_flops / 1e9, 2), "gflops": round(flops / seconds / 1e9, 1),
-            "mm_gflops": round(mm, 1), "bmm_gflops": round(bmm, 1), "threads": torch.get_num_threads()}
+            "mm_gflops": round(mm, 1), "bmm_gflops": round(bmm, 1), "threads": torch.get_num_threads(),
+            "device": torch.cuda.get_device_name() if device == "cuda" else "cpu"}
 
 
 def profile(kind, n):
@@ -135,9 +162,10 @@ def profile(kind, n):
     print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=18, max_name_column_width=55))
 
 
-def table(results) -> str:
+def table(results, device="cpu") -> str:
     lengths = sorted({r["n"] for r in results})
-    lines = ["| layer | n | step (ms) | peak RSS growth (MiB) | model GFLOP (attention) | GFLOP/s | torch.mm GFLOP/s "
+    memory = "peak RSS growth" if device == "cpu" else "peak CUDA memory above the start"
+    lines = [f"| layer | n | step (ms) | {memory} (MiB) | model GFLOP (attention) | GFLOP/s | torch.mm GFLOP/s "
              "| share of torch.mm | chunk torch.bmm GFLOP/s |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for kind in KINDS:
         for n in lengths:
@@ -150,8 +178,9 @@ def table(results) -> str:
             lines.append(f"| {kind} | {n} | {point['ms']:.0f} | {point['peak_mib']:.0f} | {point['gflop']:.1f} "
                          f"({point['attention_gflop']:.1f}) | {point['gflops']:.1f} | {point['mm_gflops']:.1f} | "
                          f"{point['gflops'] / point['mm_gflops']:.0%} | {point['bmm_gflops']:.1f} |")
+    where = "" if device == "cpu" else f", on {results[0].get('device', 'cuda')} (TF32 off)"
     return ("One rev-lsh layer's training step (forward, backward, the reversible recompute), batch 1, float32, "
-            "each point a fresh process\n\n" + "\n".join(lines) + "\n")
+            f"each point a fresh process{where}\n\n" + "\n".join(lines) + "\n")
 
 
 def main():
@@ -162,6 +191,8 @@ def main():
     parser.add_argument("--kinds", nargs="+", default=KINDS, choices=KINDS)
     parser.add_argument("--full-up-to", type=int, default=65536,
                         help="full attention up to this n (at 64k one step took 92 s here)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                        help="cuda: the same table on the GPU (memory: the caching allocator's peak)")
     parser.add_argument("--point", nargs=2, metavar=("KIND", "N"), help=argparse.SUPPRESS)
     parser.add_argument("--profile", nargs=2, metavar=("KIND", "N"), help="profile one point instead")
     args = parser.parse_args()
@@ -169,7 +200,7 @@ def main():
         profile(args.profile[0], int(args.profile[1]))
         return
     if args.point:
-        print("RESULT " + json.dumps(one_point(args.point[0], int(args.point[1]), args.repeats)))
+        print("RESULT " + json.dumps(one_point(args.point[0], int(args.point[1]), args.repeats, args.device)))
         return
     results = []
     for n in args.lengths:
@@ -178,9 +209,9 @@ def main():
                 flops = step_flops(kind, n)[0]
                 results.append({"kind": kind, "n": n, "skipped": f"not run ({flops / 1e12:.0f} TFLOP a step)"})
                 continue
-            repeats = 1 if kind == "full" and n > 8192 else args.repeats
+            repeats = 1 if kind == "full" and n > 8192 and args.device == "cpu" else args.repeats
             completed = subprocess.run([sys.executable, __file__, "--point", kind, str(n), "--repeats",
-                                        str(repeats)], capture_output=True, text=True)
+                                        str(repeats), "--device", args.device], capture_output=True, text=True)
             if completed.returncode != 0:
                 results.append({"kind": kind, "n": n, "error": completed.stderr.strip().splitlines()[-1][:200]})
             else:
@@ -190,8 +221,8 @@ def main():
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
-    out.with_suffix(".md").write_text(table(results))
-    print(table(results))
+    out.with_suffix(".md").write_text(table(results, args.device))
+    print(table(results, args.device))
 
 
 if __name__ == "__main__":
