@@ -85,7 +85,7 @@ def padded_to_multiple(length, multiple):
 
 def chunk_padded_length(seq, chunk_length):
     """The length a layer with this chunk length pads ``seq`` to (none when one chunk holds it)."""
-    return seq if seq <= chunk_length else seq + (-seq % chunk_length)
+    return seq if seq <= chunk_length else padded_to_multiple(seq, chunk_length)
 
 
 def neighbour_slots(query_slots, chunk_length, num_chunks, before, after):

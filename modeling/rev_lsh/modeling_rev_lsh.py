@@ -433,7 +433,7 @@ class RevLSHModel(RevLSHPreTrainedModel):
         outputs, all_hidden, all_attentions = [], [], []
         for step in range(new):
             seq = seen + step + 1
-            padded = seq if seq <= shortest else seq + (-seq % multiple)
+            padded = seq if seq <= shortest else padded_to_multiple(seq, multiple)
             mask = None if attention_mask is None else attention_mask[:, :seq]
             x1 = x2 = hidden[:, step:step + 1]
             layer_outputs, layer_attentions = [torch.cat([x1, x2], dim=-1)], []
