@@ -189,7 +189,8 @@ def run_demo(args: DemoArguments):
     if args.adapter:
         started = _step(4, "saved adapter: its weights and the head's, not the encoder's")
     else:
-        started = _step(4, "saved checkpoint: weights + the family's code + auto_map (stock electra: neither needed)")
+        started = _step(4, "saved checkpoint: weights only (a stock electra: no code, no auto_map needed)"
+                        if args.objective == "electra" else "saved checkpoint: weights + the family's code + auto_map")
     saved = sorted(p.name for p in (out / "sst2").iterdir())
     print("files:", ", ".join(saved))
     auto_map = None

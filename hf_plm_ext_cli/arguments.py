@@ -72,3 +72,31 @@ def as_switches(parser, dataclass_type) -> None:
     for action in parser._actions:
         if action.dest in names and action.option_strings and action.nargs == "?":
             action.__class__, action.nargs = argparse._StoreConstAction, 0
+
+
+def command_line(argv, *, adding: list[str], without: str | None = None) -> str:
+    """``hf-plm-ext argv`` with ``without`` (a flag and its value, ``--flag=value`` too) left out and ``adding``
+    added: the command that continues a stopped run."""
+    import shlex
+
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == without:
+            skip = True
+        elif without is None or not arg.startswith(f"{without}="):
+            kept.append(arg)
+    return shlex.join(["hf-plm-ext", *kept, *adding])
+
+
+def checkpoint_resume_hint(args, argv) -> str:
+    """After a stop: the command that continues from the newest complete checkpoint, or why there is none."""
+    from hf_plm_ext.checkpoints.resuming import checkpoints_folder, newest_complete_checkpoint
+
+    checkpoints = checkpoints_folder(args.output, getattr(args, "checkpoints", None))
+    last, _ = newest_complete_checkpoint(checkpoints) if checkpoints.is_dir() else (None, [])
+    if last is None:
+        return f"no checkpoint was written yet (--save_steps {args.save_steps}); the same command starts over"
+    return (f"continue from {last.name} with: "
+            + command_line(argv, without="--resume_from_checkpoint", adding=["--resume_from_checkpoint", "last"]))

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from hf_plm_ext_cli.arguments import add_training_command, as_switches, dataclasses_from
+from hf_plm_ext_cli.arguments import add_training_command, as_switches, command_line, dataclasses_from
 
 NAME, HELP = "benchmark", ("every task of GLUE or CLUE over learning rates and seeds: the papers' table and "
                            "leaderboard files")
@@ -22,10 +22,17 @@ def add_to(benchmark_parser):
             f"({', '.join(tasks)}) for each learning rate and seed, write results.json, results.md (the papers' "
             f"table) and submission.zip", [BenchmarkArguments, TrainingArguments], run,
             save_strategy="no", eval_strategy="no", report_to="none", disable_tqdm=True,
+            after_interrupt=resume_hint,
         )
         parser.add_argument("model", nargs="?", metavar="MODEL", help="the checkpoint every run starts from")
         as_switches(parser, BenchmarkArguments)
         parser.set_defaults(benchmark_name=benchmark)
+
+
+def resume_hint(args, argv) -> str:
+    if not (Path(args.output) / "results.json").is_file():
+        return "no run had ended; the same command starts over"
+    return f"continue the benchmark with: {command_line(argv, adding=[] if args.resume else ['--resume'])}"
 
 
 def run(args):

@@ -1,6 +1,6 @@
 """``hf-plm-ext distill general|task``: TinyBERT's two-stage distillation (``hf_plm_ext.distill.recipe``)."""
 
-from hf_plm_ext_cli.arguments import add_training_command, dataclasses_from
+from hf_plm_ext_cli.arguments import add_training_command, checkpoint_resume_hint, dataclasses_from
 
 NAME, HELP = "distill", "distil a teacher into a smaller student (TinyBERT's general and task distillation)"
 
@@ -16,7 +16,8 @@ def add_to(distill_parser):
     add_training_command(stages, "general", "general distillation: the intermediate losses (embeddings, hidden "
                          "states, attentions) on unlabelled text", [DistillGeneralArguments, DistillationArguments,
                                                                     TrainingArguments], run_general,
-                         save_strategy="no", eval_strategy="no", stage="intermediate", num_train_epochs=3)
+                         save_strategy="no", eval_strategy="no", stage="intermediate", num_train_epochs=3,
+                         after_interrupt=checkpoint_resume_hint)
     add_training_command(stages, "task", "task distillation on a GLUE/CLUE task: the intermediate stage, then the "
                          "prediction stage (--stage), then the student evaluated beside its teacher",
                          [DistillTaskArguments, DistillationArguments, TrainingArguments], run_task,

@@ -1,6 +1,6 @@
 """``hf-plm-ext finetune glue|clue|csc``."""
 
-from hf_plm_ext_cli.arguments import add_training_command, dataclasses_from
+from hf_plm_ext_cli.arguments import add_training_command, checkpoint_resume_hint, dataclasses_from
 
 NAME, HELP = "finetune", "fine-tune and evaluate on GLUE or CLUE, or for Chinese spelling correction (csc)"
 
@@ -26,7 +26,8 @@ def add_to(finetune_parser):
                          "correction (a correction and a detection head) on pairs generated from clean text with "
                          "real confusion sets (--corpus) or read from a file (--train_file)",
                          [CSCFinetuneArguments, TrainingArguments], run_csc, save_strategy="no", eval_strategy="no",
-                         learning_rate=5e-5, weight_decay=0.01, per_device_train_batch_size=32)
+                         learning_rate=5e-5, weight_decay=0.01, per_device_train_batch_size=32,
+                         after_interrupt=checkpoint_resume_hint)
 
 
 def run(args):

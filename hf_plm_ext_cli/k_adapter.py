@@ -11,10 +11,12 @@ def add_to(k_adapter):
     new.add_argument("--adapters", nargs="+", default=["adapter"], metavar="NAME", help="adapter names")
     new.add_argument("--adapter-layers", type=int, nargs="+", metavar="I",
                      help="backbone hidden-state indices the adapters read (default: three spread over the depth)")
-    new.add_argument("--adapter-size", type=int, default=768, help="the adapters' width (default: 768)")
-    new.add_argument("--adapter-num-layers", type=int, default=2, help="transformer layers per adapter block")
-    new.add_argument("--adapter-num-attention-heads", type=int, default=12)
-    new.add_argument("--adapter-intermediate-size", type=int, default=3072)
+    new.add_argument("--adapter-size", type=int, help="the adapters' width (default: 3/4 of the backbone's, the "
+                                                      "paper's 768 on RoBERTa-large's 1024)")
+    new.add_argument("--adapter-num-layers", type=int, default=2, help="transformer layers per adapter block "
+                                                                       "(default: 2)")
+    new.add_argument("--adapter-num-attention-heads", type=int, help="default: heads of 64 (the paper's 12 of 768)")
+    new.add_argument("--adapter-intermediate-size", type=int, help="default: 4x --adapter-size (the paper's 3072)")
     new.add_argument("--fusion", choices=["concat", "add"], default="concat")
     new.add_argument("--embed-backbone", action="store_true",
                      help="save the backbone's weights too (default: refer to --backbone)")
@@ -36,9 +38,9 @@ def run_new(args):
 
     fields = dict(adapter_size=args.adapter_size, adapter_num_layers=args.adapter_num_layers,
                   adapter_num_attention_heads=args.adapter_num_attention_heads,
-                  adapter_intermediate_size=args.adapter_intermediate_size, fusion=args.fusion)
-    if args.adapter_layers:
-        fields["adapter_layers"] = args.adapter_layers
+                  adapter_intermediate_size=args.adapter_intermediate_size, fusion=args.fusion,
+                  adapter_layers=args.adapter_layers)
+    fields = {name: value for name, value in fields.items() if value is not None}  # left out: the config's rule
     new_k_adapter(args.backbone, args.output, args.adapters, args.embed_backbone, **fields)
     print(f"K-Adapter with adapters {', '.join(args.adapters)} on {args.backbone} in {args.output}")
 

@@ -51,6 +51,7 @@ def parse(parser, argv):
             return current.parse_known_args(rest, namespace)
         setattr(namespace, commands.dest, rest[0])
         current, rest = commands.choices[rest[0]], rest[1:]
+        namespace.command_prog = current.prog  # "hf-plm-ext finetune glue", as argparse names it in errors
 
 
 def main(argv=None):
@@ -70,8 +71,12 @@ def main(argv=None):
     try:
         args.handler(args)
     except UserInputError as err:
-        print(f"hf-plm-ext: error: {err}", file=sys.stderr)
+        print(f"{args.command_prog}: error: {err}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:  # Ctrl-C: what was staged is removed on the way here; one line, the shell's 130
+        after = getattr(args, "after_interrupt", None)
+        print(f"{args.command_prog}: interrupted" + (f"; {after(args, argv)}" if after else ""), file=sys.stderr)
+        sys.exit(128 + signal.SIGINT)
     leave_process_group()
 
 

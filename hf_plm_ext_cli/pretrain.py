@@ -1,6 +1,6 @@
 """``hf-plm-ext pretrain OBJECTIVE``: one sub-command per row of the objective table, each with its own flags."""
 
-from hf_plm_ext_cli.arguments import add_training_command, dataclasses_from
+from hf_plm_ext_cli.arguments import add_training_command, checkpoint_resume_hint, dataclasses_from
 
 NAME, HELP = "pretrain", "pre-train a model from raw text"
 
@@ -13,7 +13,8 @@ def add_to(pretrain_parser):
     objectives = pretrain_parser.add_subparsers(dest="objective_command", required=True, metavar="OBJECTIVE",
                                                 parser_class=HfArgumentParser)
     for name, objective in OBJECTIVES.items():
-        add_training_command(objectives, name, objective.help, [objective.arguments_class, TrainingArguments], run)
+        add_training_command(objectives, name, objective.help, [objective.arguments_class, TrainingArguments], run,
+                             after_interrupt=checkpoint_resume_hint)
 
 
 def explain_unrecognized(args, extras) -> str:

@@ -92,3 +92,48 @@ def fresh_python(code, *args, cwd=None, timeout=300):
     env = {**os.environ, "PYTHONPATH": ""}
     return subprocess.run([sys.executable, "-c", prelude + code, *map(str, args)], capture_output=True,
                           text=True, cwd=cwd or tempfile.gettempdir(), env=env, timeout=timeout)
+
+
+# No pickles in what the package writes (weights are safetensors, arguments JSON). The Trainer's own checkpoint
+# internals are the one exception: it writes and reads them back itself, with weights_only.
+TRAINER_CHECKPOINT_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state")
+
+
+def pickles_under(folder: Path) -> list[Path]:
+    """Files under ``folder`` that are pickles (protocol 2+) or ``torch.save`` archives (a zip with a .pkl)."""
+    import zipfile
+
+    found = []
+    for path in folder.rglob("*"):
+        if not path.is_file() or path.is_symlink():
+            continue
+        if path.parent.name.startswith("checkpoint-") and path.name.startswith(TRAINER_CHECKPOINT_FILES):
+            continue
+        with open(path, "rb") as stream:
+            head = stream.read(2)
+        if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+            found.append(path)
+        elif head == b"PK" and zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                if any(name.endswith(".pkl") for name in archive.namelist()):
+                    found.append(path)
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _no_pickles_written(request):
+    """Every test's output folder is walked for pickles after it ran."""
+    folder = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    if folder is not None:
+        found = pickles_under(folder)
+        assert not found, f"pickles written: {[str(p.relative_to(folder)) for p in found]}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_pickles_in_shared_outputs(tmp_path_factory):
+    """And the folders that session- and module-wide fixtures wrote (a fine-tuned model shared by a module)."""
+    yield
+    base = tmp_path_factory.getbasetemp()
+    found = pickles_under(base)
+    assert not found, f"pickles written: {[str(p.relative_to(base)) for p in found]}"

@@ -56,7 +56,7 @@ def test_broken_weights_are_one_error_naming_the_file(tmp_path, tiny_classifier_
         code, _, stderr = run_cli(argv, capsys)
         assert code == 2, (argv[:2], stderr[-2000:])
         assert "model.safetensors" in stderr and "not a valid safetensors file" in stderr, (argv[:2], stderr)
-        assert "Traceback" not in stderr and stderr.count("hf-plm-ext: error:") == 1, stderr
+        assert "Traceback" not in stderr and stderr.count(": error:") == 1, stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broken", "broken-xl"]
 
 
@@ -115,7 +115,7 @@ def test_every_command_that_reads_text_names_a_bad_corpus(tmp_path, english_toke
                                 (folder, f"{folder} is a directory")):
             code, _, stderr = run_cli([*argv, "--corpus", corpus, "--output", tmp_path / "out"], capsys)
             assert code == 2 and message in stderr, (name, corpus.name, stderr[-1500:])
-            assert "Traceback" not in stderr and stderr.count("hf-plm-ext: error:") == 1, (name, stderr[-1500:])
+            assert "Traceback" not in stderr and stderr.count(": error:") == 1, (name, stderr[-1500:])
     assert not (tmp_path / "out").exists()
 
 
@@ -129,7 +129,8 @@ def test_a_checkpoint_without_the_asked_head_says_which_classes_it_loads_with(tm
     code, _, stderr = run_cli(["eval", "lm", "--model", tmp_path / "macbert", "--corpus", DEMO_TEXT], capsys)
     assert code == 2
     assert stderr.strip().splitlines() == [
-        f"hf-plm-ext: error: the model at {(tmp_path / 'macbert').resolve()} is a 'macbert' checkpoint, which has no "
+        f"hf-plm-ext eval lm: error: the model at {(tmp_path / 'macbert').resolve()} is a 'macbert' checkpoint, which "
+        "has no "
         "AutoModelForCausalLM class; it loads with AutoModel, AutoModelForMaskedLM, AutoModelForPreTraining, "
         "AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoModelForQuestionAnswering"]
 

@@ -298,3 +298,94 @@ def test_an_adapter_benchmark_trains_only_the_adapter_and_keeps_only_it(tmp_path
     state = json.loads((out / "results.json").read_text())
     kept = Path(state["runs"][0]["model_dir"])
     assert (kept / "adapter_config.json").is_file() and not (kept / "model.safetensors").exists()
+
+
+def _one_run_then_stopped(tmp_path, data, model, capsys, *extra):
+    """A benchmark stopped (Ctrl-C) after its first run: ``(code, stderr, output folder)``."""
+    from unittest import mock
+
+    from hf_plm_ext.finetuning import benchmark
+
+    run_one, calls = benchmark.run_one, []
+
+    def first_run_only(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        return run_one(*args, **kwargs)
+
+    out = tmp_path / "bench"
+    with mock.patch("hf_plm_ext.finetuning.benchmark.run_one", first_run_only):
+        code, _, stderr = run_cli(["benchmark", "glue", model, "--output", out, "--data-dir", data, *GRID, *extra],
+                                  capsys)
+    return code, stderr, out
+
+
+@pytest.mark.parametrize("change", ["max_steps", "smaller data", "model", "max-seq-length"])
+def test_a_resume_that_would_mix_runs_made_otherwise_is_refused_naming_what_differs(change, tmp_path, shared_data,
+                                                                                    tiny_classifier_dir, capsys):
+    import shutil
+
+    data = glue_folder(shared_data, tmp_path, tasks=("MRPC",))
+    model = tmp_path / "model"
+    shutil.copytree(tiny_classifier_dir, model)
+    code, stderr, out = _one_run_then_stopped(tmp_path, data, model, capsys)
+    assert code == 130 and "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1] == (
+        f"hf-plm-ext benchmark glue: interrupted; continue the benchmark with: hf-plm-ext benchmark glue "
+        f"{model} --output {out} --data-dir {data} {' '.join(GRID)} --resume")
+    state = json.loads((out / "results.json").read_text())
+    assert len(state["runs"]) == 1 and state["settings"]["trainer:max_steps"] == 2
+
+    extra, expected = [], None
+    if change == "max_steps":
+        extra, expected = ["--max_steps", "6"], "trainer:max_steps: 2 -> 6"
+    elif change == "smaller data":
+        smaller = glue_folder(shared_data, tmp_path / "smaller", tasks=("MRPC",), dev_rows=10)
+        data, expected = smaller, "data:mrpc: 'sha256:"
+    elif change == "model":  # trained further in place: the same folder, other weights
+        import torch
+
+        from hf_plm_ext import MacBertForSequenceClassification
+
+        retrained = MacBertForSequenceClassification.from_pretrained(model)
+        with torch.no_grad():
+            retrained.classifier.weight.add_(0.1)
+        retrained.save_pretrained(model)
+        expected = "model: 'sha256:"
+    else:
+        extra, expected = ["--max-seq-length", "48"], "benchmark:max_seq_length: 32 -> 48"
+    argv = [*GRID, *extra] if change != "max-seq-length" else [*GRID[:-4], "--max-seq-length", "48", *GRID[-2:]]
+    code, _, stderr = run_cli(["benchmark", "glue", model, "--output", out, "--data-dir", data, *argv, "--resume"],
+                              capsys)
+    last = stderr.strip().splitlines()[-1]
+    assert code == 2 and "was run with other settings" in last and expected in last, stderr[-2000:]
+    if change != "model":
+        assert "; model:" not in last and "settings, and its runs would not compare with new ones: model" not in \
+            last  # only what differs is named
+    assert json.loads((out / "results.json").read_text()) == state  # nothing added
+
+
+def test_the_plan_says_each_folder_it_skips_and_why(tmp_path, shared_data, tiny_classifier_dir, capsys):
+    data = glue_folder(shared_data, tmp_path, tasks=("MRPC",))
+    (data / "RTE").mkdir()  # a task folder with its dev split only
+    (data / "RTE" / "dev.tsv").write_text("index\tsentence1\tsentence2\tlabel\n0\tA.\tB.\tentailment\n")
+    (data / "extras").mkdir()  # not a task
+    code, stdout, stderr = run_cli(["benchmark", "glue", tiny_classifier_dir, "--output", tmp_path / "plan",
+                                    "--data-dir", data, *GRID, "--dry-run"], capsys)
+    assert code == 0, stderr
+    assert f"skipping {data / 'RTE'}/: no train.tsv (a rte folder without its training split)" in stdout
+    assert f"skipping {data / 'extras'}/: not a GLUE task folder" in stdout
+    assert "mrpc: 60 training examples" in stdout and "4 runs in all" in stdout
+
+
+def test_the_shared_clue_folder_plans_tnews_and_says_why_not_the_others(tmp_path, shared_data, tiny_classifier_dir,
+                                                                         capsys):
+    code, stdout, stderr = run_cli(["benchmark", "clue", tiny_classifier_dir, "--output", tmp_path / "plan",
+                                    "--data-dir", shared_data / "clue", *GRID, "--dry-run", "--ignore_mismatched_sizes"],
+                                   capsys)
+    assert code == 0, stderr
+    skipped = [line for line in stdout.splitlines() if line.startswith("skipping")]
+    assert any("afqmc" in line and "no train.json" in line for line in skipped), stdout
+    assert any("fewclue/: not a CLUE task folder" in line for line in skipped), stdout
+    assert "tnews:" in stdout

@@ -669,7 +669,7 @@ def test_distill_task_composes_the_fine_tuning_steps_in_one_pass(tmp_path, tiny_
     finally:
         sys.setprofile(None)
     modules = [module[len(package):] for module in called]
-    assert modules == ["eval/tasks.py", "checkpoints/loading.py", "distill/student.py", "eval/readers.py",
-                       "finetuning/steps.py", "distill/trainer.py", "finetuning/steps.py", "checkpoints/saving.py",
+    assert modules == ["checkpoints/resuming.py", "eval/tasks.py", "checkpoints/loading.py", "distill/student.py",
+                       "eval/readers.py", "finetuning/steps.py", "distill/trainer.py", "finetuning/steps.py", "checkpoints/saving.py",
                        "checkpoints/results.py",
                        "hub/cards.py"], modules

@@ -257,6 +257,17 @@ def test_adapter_trains_and_saves_only_the_adapter_and_the_head(adapter, prefix,
         with adapted.disable_adapter():
             without = adapted(ids).logits
         assert not torch.allclose(adapted(ids).logits, without)
+    # the adapter folder given as a model: the advice that works for it (a bottleneck adapter has no merge)
+    code, _, stderr = _finetune(capsys, "glue", "mrpc", out, tmp_path / "again", "--data-dir",
+                                shared_data / "glue/MRPC", "--max_steps", 1)
+    assert code == 2 and f"{out} is a PEFT adapter" in stderr and not (tmp_path / "again").exists()
+    if adapter == "lora":
+        assert "merge_and_unload()" in stderr
+    else:
+        assert "cannot be merged" in stderr and "merge_and_unload" not in stderr
+        with pytest.raises(ValueError, match="cannot be merged"):  # what the advice no longer says: it raises
+            adapted.merge_and_unload()
+        adapted.unload()  # what it says instead works
 
 
 def test_an_adapter_on_an_encoder_without_a_pooler_trains_and_saves_the_pooler_too(tmp_path, english_tokenizer_dir,
@@ -321,3 +332,18 @@ def test_fsdp_on_the_cpu_is_refused_rather_than_run_as_ddp(tmp_path, tiny_classi
     code, _, stderr = _finetune(capsys, "glue", "sst2", tiny_classifier_dir, tmp_path / "b", *args)
     assert code == 2 and "FSDP needs GPUs" in stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_train_and_validation_files_are_looked_up_in_the_data_dir_first(tmp_path, tiny_classifier_dir, shared_data,
+                                                                        capsys, monkeypatch):
+    """docs/glue-clue.md's FewCLUE example: ``--data-dir fewclue/csl --train-file train_few_all.json`` (issue 69,
+    item 5), run from another working directory."""
+    monkeypatch.chdir(tmp_path)
+    few = shared_data / "clue" / "fewclue" / "cluewsc"
+    code, _, stderr = _finetune(capsys, "clue", "cluewsc2020", tiny_classifier_dir, tmp_path / "out", "--data-dir",
+                                few, "--train-file", "train_few_all.json", "--validation-file", "dev_few_all.json",
+                                "--max_seq_length", 32)
+    assert code == 0, stderr[-2000:]
+    results = json.loads((tmp_path / "out" / "eval_results.json").read_text())
+    assert results["train_file"] == str(few / "train_few_all.json")
+    assert results["results"][0]["file"] == str(few / "dev_few_all.json")

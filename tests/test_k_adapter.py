@@ -257,3 +257,23 @@ def test_a_k_adapter_is_not_a_backbone_for_another(backbone_dir, tmp_path, capsy
                            capsys)
     assert code == 2 and "is a K-Adapter itself: give its backbone" in err and "k-adapter combine" in err, err
     assert not (tmp_path / "second").exists()
+
+
+def test_new_adapters_default_to_the_papers_proportions_of_their_backbone(backbone_dir, tmp_path, capsys):
+    """K-Adapter's 768-wide adapters (12 heads, a 3072 feed-forward) sit on RoBERTa-large's 1024: on a 32-wide
+    backbone the defaults are 24 wide, not 768 (issue 69, item 10)."""
+    from hf_plm_ext.modeling.k_adapter import adapter_shape_for
+
+    assert adapter_shape_for(1024) == {"adapter_size": 768, "adapter_num_attention_heads": 12,
+                                       "adapter_intermediate_size": 3072}
+    code, _, err = run_cli(["k-adapter", "new", "--backbone", backbone_dir, "--output", tmp_path / "new"], capsys)
+    assert code == 0, err
+    model = AutoModel.from_pretrained(tmp_path / "new")
+    config = model.config
+    assert (config.adapter_size, config.adapter_num_attention_heads, config.adapter_intermediate_size) == (24, 1, 96)
+    adapters = sum(p.numel() for p in model.adapters.parameters())
+    backbone = sum(p.numel() for p in model.backbone.parameters())
+    assert adapters < backbone
+    # a width given sets the rest by the same rule; every field given is kept as given
+    assert tiny_k_adapter(adapter_size=64, adapter_num_attention_heads=None,
+                          adapter_intermediate_size=None).adapter_intermediate_size == 256

@@ -119,9 +119,11 @@ def test_a_stopped_run_resumes_from_its_last_checkpoint(objective, shape, tmp_pa
     code, _, uninterrupted = pretrain(tmp_path / "uninterrupted")
     assert code == 0 and not (tmp_path / "uninterrupted.checkpoints").exists()
     out, checkpoints = tmp_path / "resumed", tmp_path / "resumed.checkpoints"
-    with pytest.raises(KeyboardInterrupt):
-        pretrain(out, stop_at_call=5)
-    assert not out.exists()
+    code, stderr, _ = pretrain(out, stop_at_call=5)  # Ctrl-C: one line, the shell's 130, the command to continue
+    assert code == 130 and "Traceback" not in stderr and not out.exists()
+    assert stderr.strip().splitlines()[-1].startswith(
+        f"hf-plm-ext pretrain {objective}: interrupted; continue from checkpoint-4 with: hf-plm-ext pretrain")
+    assert stderr.strip().endswith("--resume_from_checkpoint last")
     assert sorted(p.name for p in checkpoints.iterdir()) == ["checkpoint-2", "checkpoint-4"]
 
     code, stderr, _ = pretrain(out)
@@ -206,3 +208,21 @@ def test_transfo_xl_from_a_checkpoint_keeps_its_memory_length_unless_asked(tmp_p
 
     assert continued("kept") == 24  # the CLI default used to overwrite it with 128
     assert continued("asked", "--mem-len", 8) == 8
+
+
+def test_a_tokenizer_too_big_for_the_model_is_named_by_its_own_folder(tmp_path, english_tokenizer_dir, shared_data,
+                                                                      capsys):
+    """``pretrain mlm --tokenizer TOK --model ENCODER``: the error names TOK as the tokenizer and ENCODER as the
+    model (issue 69, item 8)."""
+    from conftest import tiny_macbert_config
+
+    from hf_plm_ext import MacBertForMaskedLM
+
+    encoder = tmp_path / "my-encoder"
+    MacBertForMaskedLM(tiny_macbert_config(vocab_size=100)).save_pretrained(encoder)
+    code, _, stderr = run_cli(["pretrain", "mlm", "--corpus", shared_data / "corpus/en/gutenberg/11-0.txt",
+                               "--tokenizer", english_tokenizer_dir,
+                               "--model", encoder, "--output", tmp_path / "out"], capsys)
+    assert code == 2, stderr[-2000:]
+    assert (f"the tokenizer at {english_tokenizer_dir} has 1500 tokens but the model at {encoder} has only 100 rows "
+            f"of input embeddings") in stderr

@@ -253,7 +253,7 @@ def test_bad_pushes_fail_with_one_clear_error_and_leave_the_folder(case, hub, fi
     before = snapshot(finetuned)
     proc = push(args, env)
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert proc.stderr.count("hf-plm-ext: error:") == 1 and expected in proc.stderr, proc.stderr
+    assert proc.stderr.count(": error:") == 1 and expected in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
     assert snapshot(finetuned) == before
 

@@ -60,14 +60,20 @@ def load_pretrained(auto_class, name_or_path, what, **kwargs):
 
 
 def _adapter_not_model(path: Path, what: str) -> str:
-    """A PEFT adapter folder given where a model is read: what it is and how it is used."""
+    """A PEFT adapter folder given where a model is read: what it is and how it is used. A bottleneck adapter is
+    non-linear: it has no merge, only loading on its base (or ``unload()``, which gives the base back)."""
     try:
-        base = json.loads((path / "adapter_config.json").read_text()).get("base_model_name_or_path")
+        adapter = json.loads((path / "adapter_config.json").read_text())
     except (OSError, ValueError):
-        base = None
-    return (f"{what} {path} is a PEFT adapter (of {base or 'a base model it does not name'}), not a model: load it "
-            f"with peft's AutoPeftModel*.from_pretrained({str(path)!r}), or merge it into its base first "
-            f"(merge_and_unload(), then save_pretrained) and pass that folder")
+        adapter = {}
+    base = adapter.get("base_model_name_or_path")
+    said = (f"{what} {path} is a PEFT adapter (of {base or 'a base model it does not name'}), not a model: load it "
+            f"with peft's AutoPeftModel*.from_pretrained({str(path)!r})")
+    if adapter.get("peft_type") == "BOTTLENECK":
+        return (f"{said}, which puts it on its base (a bottleneck adapter is non-linear: it cannot be merged into "
+                f"the base's weights; unload() gives the base back without it), or pass its base as the model and "
+                f"train a new adapter on it (--adapter)")
+    return f"{said}, or merge it into its base first (merge_and_unload(), then save_pretrained) and pass that folder"
 
 
 def _load_model(auto_class, name_or_path, what, **kwargs):
@@ -144,14 +150,16 @@ def check_hub_model(name: str, what: str) -> None:
                              f"({type(err).__name__}: {err})") from None
 
 
-def check_tokenizer_fits(tokenizer, model, where):
-    """A tokenizer whose ids run past the model's embedding table would crash deep inside ``forward``."""
+def check_tokenizer_fits(tokenizer, model, tokenizer_source, model_source=None):
+    """A tokenizer whose ids run past the model's embedding table would crash deep inside ``forward``. The sources
+    name where each was read (the same folder when ``model_source`` is None)."""
     rows = model.get_input_embeddings().num_embeddings
     if len(tokenizer) > rows:
+        model_has = (f"the model's input embeddings have only {rows} rows" if model_source in (None, tokenizer_source)
+                     else f"the model at {model_source} has only {rows} rows of input embeddings")
         raise UserInputError(
-            f"the tokenizer at {where} has {len(tokenizer)} tokens but the model's input embeddings have only "
-            f"{rows} rows: they do not belong together (use the model's own tokenizer, or resize the "
-            f"embeddings with model.resize_token_embeddings)"
+            f"the tokenizer at {tokenizer_source} has {len(tokenizer)} tokens but {model_has}: they do not belong "
+            f"together (use the model's own tokenizer, or resize the embeddings with model.resize_token_embeddings)"
         )
 
 

@@ -15,6 +15,8 @@ from transformers import AutoConfig, AutoTokenizer, DataCollatorForTokenClassifi
 
 from hf_plm_ext.checkpoints.loading import check_tokenizer_fits, load_pretrained
 from hf_plm_ext.checkpoints.results import write_results
+from hf_plm_ext.checkpoints.resuming import (CHECKPOINTS_HELP, checkpoint_to_resume, checkpoints_folder,
+                                             checkpoints_kept_on_a_stop, remove_checkpoints)
 from hf_plm_ext.convert.bert import bert_fields
 from hf_plm_ext.csc.corrector import SpellingCorrector
 from hf_plm_ext.csc.data import (
@@ -40,6 +42,7 @@ class CSCFinetuneArguments:
     model: str = field(metadata={"help": "a BERT or MacBERT checkpoint (its tokenizer beside it), or a spelling-"
                                          "correction one to train further"})
     output: str = field(metadata={"help": "new directory for the model, eval_results.json and eval_results.md"})
+    checkpoints: str | None = field(default=None, metadata={"help": CHECKPOINTS_HELP})
     corpus: list[str] | None = field(default=None, metadata={"help": "clean Chinese text files: their sentences, "
                                                                      "misspelt with the confusion sets, are the "
                                                                      "training pairs"})
@@ -119,6 +122,8 @@ def training_pairs(args: CSCFinetuneArguments, tokenizer, seed: int):
 def finetune_csc(args: CSCFinetuneArguments, training_args: TrainingArguments) -> dict:
     """MacBERT4CSC fine-tuning of ``args.model``; writes the model, its tokenizer and the held-out (and test)
     scores into ``args.output`` (all or nothing)."""
+    checkpoints = checkpoints_folder(args.output, args.checkpoints)
+    resume = checkpoint_to_resume(training_args.resume_from_checkpoint, checkpoints)
     set_seed(training_args.seed)
     tokenizer = load_pretrained(AutoTokenizer, args.model, "tokenizer")
     train, validation, source = training_pairs(args, tokenizer, training_args.seed)
@@ -126,11 +131,11 @@ def finetune_csc(args: CSCFinetuneArguments, training_args: TrainingArguments) -
     model = spelling_correction_model(args.model, correction_loss_weight=args.correction_loss_weight)
     check_tokenizer_fits(tokenizer, model, args.model)
     train_dataset = encode_spelling_pairs(train, tokenizer, args.max_seq_length)
-    with staged_output(args.output) as staging:
-        training_args.output_dir = str(staging)
+    with checkpoints_kept_on_a_stop(checkpoints), staged_output(args.output) as staging:
+        training_args.output_dir = str(checkpoints)
         trainer = task_trainer(model, tokenizer, training_args, train_dataset, trainer_class=SubLossTrainer,
                                data_collator=DataCollatorForTokenClassification(tokenizer, pad_to_multiple_of=8))
-        train_result = trainer.train()
+        train_result = trainer.train(resume_from_checkpoint=resume)
         corrector = SpellingCorrector(trainer.model, tokenizer, batch_size=training_args.per_device_eval_batch_size,
                                       max_length=args.max_seq_length)
         splits = [("validation", args.validation_file or f"{args.validation_fraction:.0%} of the training pairs",
@@ -142,8 +147,11 @@ def finetune_csc(args: CSCFinetuneArguments, training_args: TrainingArguments) -
                                                                     "detection_focal_gamma", "detection_focal_alpha")},
             "train_metrics": train_result.metrics, "sub_losses": trainer.sub_loss_history[-1:],
             "results": [score_split(corrector, name, file, pairs)[0] for name, file, pairs in splits],
+            "resumed_from": resume,
         }
         save_run(trainer, staging, results)
+    if trainer.is_world_process_zero():
+        remove_checkpoints(checkpoints)
     return results
 
 

@@ -16,6 +16,8 @@ from transformers import (AutoModel, AutoModelForSequenceClassification, AutoTok
 
 from hf_plm_ext.checkpoints.loading import check_sequence_length, check_tokenizer_fits, load_pretrained
 from hf_plm_ext.checkpoints.results import write_results
+from hf_plm_ext.checkpoints.resuming import (CHECKPOINTS_HELP, checkpoint_to_resume, checkpoints_folder,
+                                             checkpoints_kept_on_a_stop, refuse_resume, remove_checkpoints)
 from hf_plm_ext.checkpoints.saving import save_final
 from hf_plm_ext.distill.layer_map import layer_map_from
 from hf_plm_ext.distill.student import STUDENT_PRESETS, student_config, student_from_teacher_layers
@@ -69,6 +71,7 @@ class DistillGeneralArguments:
     teacher: str = field(metadata={"help": "the teacher encoder (not fine-tuned: TinyBERT's general distillation)"})
     corpus: list[str] = field(metadata={"help": "text files, one document or line of text per line", "nargs": "+"})
     output: str = field(metadata={"help": "new folder for the student encoder"})
+    checkpoints: str | None = field(default=None, metadata={"help": CHECKPOINTS_HELP})
     student_config: str | None = field(default=None, metadata={"help": STUDENT_HELP})
     student_layers: str | None = field(default=None, metadata={"help": LAYERS_HELP})
     max_seq_length: int = field(default=128, metadata={"help": "token block length"})
@@ -149,13 +152,15 @@ def distill_task(args: DistillTaskArguments, distill_args: DistillationArguments
     One pass over the steps: the task; the checkpoints; the student; the runner's data (augmented inside its
     encoding step); the stages; the runner's evaluation; saving, results and card. The runner is visited twice,
     before and after training: its evaluation needs the trained student."""
+    refuse_resume(training_args, "distill task", "run it again (its stages are short), or resume a long general "
+                  "distillation (`distill general --resume_from_checkpoint last`)")
     set_seed(training_args.seed)
     benchmark, task_name = parse_task(args.task)
     task = get_task(benchmark, task_name)
     labels = (task.name, task.num_labels, task.is_regression)  # what the teacher is checked against
     tokenizer = load_pretrained(AutoTokenizer, args.teacher, "teacher tokenizer")
     teacher = load_pretrained(AutoModelForSequenceClassification, args.teacher, "teacher")
-    check_tokenizer_fits(tokenizer, teacher, "the teacher")  # and so the student, which shares its vocabulary
+    check_tokenizer_fits(tokenizer, teacher, args.teacher)  # and so the student, which shares its vocabulary
     check_sequence_length(teacher, args.max_seq_length)
     student = None
     if args.student and not (args.student_config or args.student_layers):
@@ -268,13 +273,15 @@ def distill_general(args: DistillGeneralArguments, distill_args: DistillationArg
     if stages_of(distill_args) != ["intermediate"]:
         raise UserInputError(f"general distillation has only the intermediate stage (unlabelled text has no "
                              f"predictions to match); got --stage {distill_args.stage}")
+    checkpoints = checkpoints_folder(args.output, args.checkpoints)
+    resume = checkpoint_to_resume(training_args.resume_from_checkpoint, checkpoints)
     set_seed(training_args.seed)
     tokenizer = load_pretrained(AutoTokenizer, args.teacher, "teacher tokenizer")
     teacher = load_pretrained(AutoModel, args.teacher, "teacher")
     student = build_student(args, teacher, AutoModel)
     blocks = token_blocks(args.corpus, tokenizer, args.max_seq_length, training_args.seed, args.validation_fraction)
-    with staged_output(args.output) as staging:
-        training_args = dataclasses.replace(training_args, output_dir=str(staging / "training"))
+    with checkpoints_kept_on_a_stop(checkpoints), staged_output(args.output) as staging:
+        training_args = dataclasses.replace(training_args, output_dir=str(checkpoints))
         try:
             trainer = DistillationTrainer(model=student, teacher=teacher, distillation_args=distill_args,
                                           args=training_args, train_dataset=blocks["train"],
@@ -283,7 +290,7 @@ def distill_general(args: DistillGeneralArguments, distill_args: DistillationArg
         except ValueError as err:
             raise UserInputError(str(err)) from None
         initial = trainer.evaluate()["eval_loss"]
-        train_result = trainer.train()
+        train_result = trainer.train(resume_from_checkpoint=resume)
         final = trainer.evaluate()["eval_loss"]
         trainer.accelerator.unwrap_model(trainer.model).remove_hooks()
         results = {"teacher": str(args.teacher), "corpus": [str(p) for p in args.corpus],
@@ -295,12 +302,14 @@ def distill_general(args: DistillGeneralArguments, distill_args: DistillationArg
                                "learning_rate": training_args.learning_rate,
                                "train_metrics": train_result.metrics, "sub_losses": trainer.sub_loss_history[-1:]}],
                    "initial_eval_loss": initial, "final_eval_loss": final,
-                   "arguments": dataclasses.asdict(distill_args), "world_size": training_args.world_size}
+                   "arguments": dataclasses.asdict(distill_args), "world_size": training_args.world_size,
+                   "resumed_from": resume}
         save_final(trainer, staging)
-        _remove_folder(staging / "training")
         if trainer.is_world_process_zero():
             (staging / "distill_results.json").write_text(json.dumps(results, indent=2) + "\n")
             render_card(staging).save(str(staging / "README.md"))
+    if trainer.is_world_process_zero():
+        remove_checkpoints(checkpoints)
     return results
 
 

@@ -65,11 +65,11 @@ def evaluate_language_model(model, tokenizer, corpus_files, tgt_len, mem_len=Non
     forward calls; ``model.config`` is not changed. ``model`` may be a checkpoint folder (loaded as a causal LM,
     onto the GPU when there is one) and ``tokenizer`` a folder or None (the model's folder)."""
     if isinstance(model, (str, Path)):
-        tokenizer_path = model if tokenizer is None else tokenizer
+        tokenizer_path, model_path = model if tokenizer is None else tokenizer, model
         model = load_pretrained(AutoModelForCausalLM, model, "model")
         if isinstance(tokenizer_path, (str, Path)):
             tokenizer = load_pretrained(AutoTokenizer, tokenizer_path, "tokenizer")
-            check_tokenizer_fits(tokenizer, model, tokenizer_path)
+            check_tokenizer_fits(tokenizer, model, tokenizer_path, model_path)
         if torch.cuda.is_available():
             model.to("cuda")
     if tgt_len < 1 or batch_size < 1:

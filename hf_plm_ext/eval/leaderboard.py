@@ -29,8 +29,9 @@ def task_folder(task: Task, data_dir: Path) -> Path | None:
     return next((data_dir / name for name in names if (data_dir / name).is_dir()), None)
 
 
-def tasks_in(benchmark: str, data_dir: Path, asked: list[str] | None) -> dict[str, Path]:
-    """``{task name: folder}``: the tasks asked for (default: every task whose folder is there), checked."""
+def tasks_in(benchmark: str, data_dir: Path, asked: list[str] | None) -> tuple[dict[str, Path], list[str]]:
+    """``({task name: folder}, [a folder passed over, and why])``: the tasks asked for (default: every task whose
+    folder is there), checked."""
     if benchmark not in TASKS:
         raise UserInputError(f"unknown benchmark {benchmark!r}; choose one of {', '.join(TASKS)}")
     if not data_dir.is_dir():
@@ -49,7 +50,15 @@ def tasks_in(benchmark: str, data_dir: Path, asked: list[str] | None) -> dict[st
     if not present:
         raise UserInputError(f"{data_dir} holds no {benchmark.upper()} task: expected folders such as "
                              f"{', '.join(task_folder_names(task) for task in list(known.values())[:3])}")
-    return present
+    skipped = [f"{found[name].name}/: no {known[name].train_file} (a {name} folder without its training split)"
+               for name in missing if found[name] is not None]
+    if not asked:
+        task_folders = {folder.name for folder in found.values() if folder is not None}
+        skipped += [f"{folder.name}/: not a {benchmark.upper()} task folder (expected "
+                    f"{', '.join(task_folder_names(task) for task in list(known.values())[:3])}, ...)"
+                    for folder in sorted(data_dir.iterdir()) if folder.is_dir() and folder.name not in task_folders
+                    and not folder.name.startswith(".")]
+    return present, skipped
 
 
 def task_folder_names(task: Task) -> str:

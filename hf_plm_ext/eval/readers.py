@@ -103,12 +103,21 @@ def task_files(task: Task, args) -> tuple[Path, dict[str, Path]]:
     data_dir = Path(args.data_dir) if args.data_dir else None
     if data_dir is not None and not data_dir.is_dir():
         raise UserInputError(f"--data-dir {data_dir} is not a directory")
-    train = Path(args.train_file) if args.train_file else data_dir / task.train_file
+    train = in_data_dir(args.train_file, data_dir) if args.train_file else data_dir / task.train_file
     if args.validation_file:
-        validation = {"dev": Path(args.validation_file)}
+        validation = {"dev": in_data_dir(args.validation_file, data_dir)}
     else:
         validation = {split: data_dir / name for split, name in task.validation_files.items()}
     return train, validation
+
+
+def in_data_dir(name: str, data_dir: Path | None) -> Path:
+    """``--train-file`` / ``--validation-file``: a relative name is looked up in ``--data-dir`` first (FewCLUE's
+    ``--data-dir fewclue/csl --train-file train_few_all.json``), then from the working directory."""
+    path = Path(name)
+    if data_dir is not None and not path.is_absolute() and (data_dir / path).is_file():
+        return data_dir / path
+    return path
 
 
 def check_labels_file(task: Task, data_dir):

@@ -14,9 +14,11 @@ class FinetuneArguments:
     output: str = field(metadata={"help": "new directory for the fine-tuned model and eval_results.json"})
     data_dir: str | None = field(default=None, metadata={"help": "folder with the task's files under their "
                                                                   "official names (train.tsv/dev.tsv, ...)"})
-    train_file: str | None = field(default=None, metadata={"help": "training file (overrides --data-dir's)"})
-    validation_file: str | None = field(default=None, metadata={"help": "validation file (overrides "
-                                                                        "--data-dir's)"})
+    train_file: str | None = field(default=None, metadata={"help": "training file instead of --data-dir's (a "
+                                                                   "relative name is looked up in --data-dir "
+                                                                   "first)"})
+    validation_file: str | None = field(default=None, metadata={"help": "validation file instead of --data-dir's "
+                                                                        "(looked up as --train-file)"})
     max_seq_length: int = field(default=128, metadata={"help": "longer inputs are truncated"})
     max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training "
                                                                          "examples"})

@@ -24,6 +24,7 @@ from transformers import DataCollatorWithPadding, PrinterCallback, TrainingArgum
 from transformers.utils import logging as transformers_logging
 
 from hf_plm_ext.checkpoints.loading import load_pretrained
+from hf_plm_ext.checkpoints.saving import save_final
 from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.eval.leaderboard import (
     BERT_TABLE_METRICS,
@@ -42,6 +43,7 @@ from hf_plm_ext.eval.scoring import evaluate_splits
 from hf_plm_ext.eval.tasks import TASKS as TASKS_OF, get_task
 from hf_plm_ext.files import staged_output
 from hf_plm_ext.finetuning.arguments import ADAPTERS, FinetuneArguments
+from hf_plm_ext.finetuning.fingerprint import benchmark_settings, differences
 from hf_plm_ext.finetuning.steps import build_classifier, classification_trainer, encode_splits, tokenize
 
 
@@ -121,20 +123,24 @@ def plan(tasks, args: BenchmarkArguments, training_args: TrainingArguments) -> l
             for seed in seeds]
 
 
-def benchmark_tasks(benchmark: str, args: BenchmarkArguments) -> dict:
+def benchmark_tasks(benchmark: str, args: BenchmarkArguments, progress=print) -> dict:
     """``{task: where its data is}`` (a folder, or the library's ``DatasetDict``, loaded once): the tasks asked for,
-    or every task whose data is there."""
+    or every task whose data is there; each folder of ``--data-dir`` passed over is said with why."""
     asked = args.tasks.split(",") if args.tasks else None
     if args.data_dir is not None:
-        return tasks_in(benchmark, Path(args.data_dir), asked)
+        present, skipped = tasks_in(benchmark, Path(args.data_dir), asked)
+        for reason in skipped:
+            progress(f"skipping {Path(args.data_dir) / reason}")
+        return present
     names = [get_task(benchmark, name).name for name in asked] if asked else list(TASKS_OF[benchmark])
     present = {}
     for name in names:
         try:
             present[name] = load_task_splits(args.dataset, get_task(benchmark, name))
-        except UserInputError:
+        except UserInputError as err:
             if asked:
                 raise
+            progress(f"skipping {name}: {err}")
     if not present:
         raise UserInputError(f"--dataset {args.dataset}: no {benchmark.upper()} task's configuration found")
     return present
@@ -208,8 +214,7 @@ def run_one(prepared: PreparedTask, run: dict, training_args: TrainingArguments,
             logits = logits[0] if isinstance(logits, tuple) else logits
             write_predictions(prepared.data.task, ids, prediction_values(prepared.data.task, logits),
                               staging / file_name)
-        trainer.save_model(str(staging))
-        tokenizer.save_pretrained(str(staging))
+        save_final(trainer, staging)  # the model, its tokenizer, training_args.json (no pickle)
     return {**run, "results": results, "score": run_score(prepared.data.task, results),
             "steps": train_result.global_step, "train_seconds": round(trained - started, 3),
             "eval_seconds": round(evaluated - trained, 3), "model_dir": str(run_dir)}
@@ -251,12 +256,14 @@ def _run_benchmark(benchmark, args, training_args, progress):
                              f"rate of --learning-rates ({args.learning_rates})")
     if training_args.resume_from_checkpoint:
         raise UserInputError("--resume_from_checkpoint: a benchmark continues where it stopped with --resume")
-    sources = benchmark_tasks(benchmark, args)
+    sources = benchmark_tasks(benchmark, args, progress)
     runs = plan(sources, args, training_args)
     header = {"benchmark": benchmark, "model": str(args.model), "learning_rates": args.learning_rate_grid(),
               "seeds": sorted({run["seed"] for run in runs}), "tasks": list(sources)}
     if not args.dry_run:
         check_output(output, header, args.resume)
+        header["settings"] = benchmark_settings(args, training_args, sources)
+        check_settings(output, header["settings"], args.resume)
     prepared = {name: prepare_task(benchmark, name, source, args) for name, source in sources.items()}
     if args.dry_run:
         for name, task in prepared.items():
@@ -294,10 +301,20 @@ def check_output(output: Path, header: dict, resume: bool) -> None:
     if not results.is_file():
         raise UserInputError(f"--resume: {results} not found; start the benchmark without --resume")
     state = json.loads(results.read_text(encoding="utf-8"))
-    differs = [key for key in header if state.get(key) != header[key]]
-    if differs:
-        raise UserInputError(f"--resume: {results} is a benchmark with other {', '.join(differs)} "
-                             f"({', '.join(f'{k}={state.get(k)!r}' for k in differs)})")
+    changed = differences({key: state.get(key) for key in header}, header)
+    if changed:
+        raise UserInputError(f"--resume: {results} is another benchmark: {'; '.join(changed)}")
+
+
+def check_settings(output: Path, settings: dict, resume: bool) -> None:
+    """Refuse a ``--resume`` whose runs would not be made as the recorded ones were (:mod:`fingerprint`)."""
+    if not resume:
+        return
+    recorded = json.loads((output / "results.json").read_text(encoding="utf-8")).get("settings", {})
+    changed = differences(recorded, settings)
+    if changed:
+        raise UserInputError(f"--resume: {output / 'results.json'} was run with other settings, and its runs would "
+                             f"not compare with new ones: {'; '.join(changed)}")
 
 
 def start_or_resume(output: Path, header: dict, resume: bool) -> dict:

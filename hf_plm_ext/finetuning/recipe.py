@@ -7,6 +7,7 @@
 
 from transformers import Trainer, TrainingArguments, set_seed
 
+from hf_plm_ext.checkpoints.resuming import refuse_resume
 from hf_plm_ext.eval.readers import load_task_data
 from hf_plm_ext.eval.scoring import evaluate_splits
 from hf_plm_ext.files import staged_output
@@ -24,6 +25,7 @@ from hf_plm_ext.training.layerwise_decay import LayerwiseLRDecayTrainer
 def finetune(benchmark: str, args: FinetuneArguments, training_args: TrainingArguments) -> dict:
     """Fine-tune ``args.model`` on one task, evaluate every validation split, write the model,
     ``eval_results.json`` and ``eval_results.md`` into ``args.output`` (all or nothing)."""
+    refuse_resume(training_args, f"finetune {benchmark}", "run it again")
     set_seed(training_args.seed)  # the new head and adapter are made here, before the Trainer seeds itself
     data = load_task_data(benchmark, args)
     model, tokenizer = build_classifier(data.task, args)

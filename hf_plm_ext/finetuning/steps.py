@@ -6,7 +6,7 @@ from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTok
 
 from hf_plm_ext.checkpoints.loading import check_sequence_length, check_tokenizer_fits, load_pretrained
 from hf_plm_ext.checkpoints.results import write_results
-from hf_plm_ext.checkpoints.saving import save_final
+from hf_plm_ext.checkpoints.saving import CheckpointArgumentsAsJson, save_final
 from hf_plm_ext.data.tokenizer_training import pad_with_eos
 from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.eval.scoring import evaluate_splits, make_compute_metrics
@@ -74,6 +74,8 @@ def task_trainer(model, tokenizer, training_args, train_dataset, eval_datasets=N
     trainer = trainer_class(model=model, args=training_args, train_dataset=train_dataset, eval_dataset=eval_datasets,
                             processing_class=tokenizer, data_collator=data_collator, **trainer_kwargs)
     trainer.model_accepts_loss_kwargs = False
+    if not any(isinstance(callback, CheckpointArgumentsAsJson) for callback in trainer.callback_handler.callbacks):
+        trainer.add_callback(CheckpointArgumentsAsJson)  # (a sub-loss trainer adds its own)
     return trainer
 
 

@@ -7,15 +7,15 @@ hook of its class.
 """
 
 import json
-import shutil
 from dataclasses import asdict
 from pathlib import Path
 
 from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoConfig, AutoTokenizer, TrainingArguments, set_seed
-from transformers.trainer_utils import get_last_checkpoint
 
 from hf_plm_ext.checkpoints.loading import load_pretrained
+from hf_plm_ext.checkpoints.resuming import (checkpoint_to_resume, checkpoints_folder, checkpoints_kept_on_a_stop,
+                                             remove_checkpoints)
 from hf_plm_ext.checkpoints.saving import save_final
 from hf_plm_ext.errors import UserInputError, last_line
 from hf_plm_ext.files import staged_output
@@ -40,24 +40,6 @@ def build_model(objective: Objective, tokenizer):
         except (ValueError, AttributeError, TypeError, StrictDataclassError) as err:
             raise UserInputError(f"--config_overrides {args.config_overrides!r}: {last_line(err)}") from None
     return objective.head.from_config(config)
-
-
-def checkpoint_to_resume(resume_from_checkpoint, checkpoints: Path):
-    """``--resume_from_checkpoint``: a checkpoint folder, or ``last`` for the newest one in ``checkpoints``."""
-    if resume_from_checkpoint is None:
-        if checkpoints.is_dir() and get_last_checkpoint(str(checkpoints)) is not None:
-            raise UserInputError(f"{checkpoints} holds checkpoints of an earlier run; continue it with "
-                                 f"--resume_from_checkpoint last, or remove the folder")
-        return None
-    if resume_from_checkpoint == "last":
-        last = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
-        if last is None:
-            raise UserInputError(f"--resume_from_checkpoint last: no checkpoint-* folder in {checkpoints}")
-        return last
-    if not Path(resume_from_checkpoint, "trainer_state.json").is_file():
-        raise UserInputError(f"--resume_from_checkpoint {resume_from_checkpoint} is not a Trainer checkpoint "
-                             f"(no trainer_state.json)")
-    return resume_from_checkpoint
 
 
 def initial_evaluation(log_history: list[dict]) -> dict:
@@ -94,7 +76,7 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:
     """
     objective = objective_for(args)
     set_seed(training_args.seed)  # the fresh model is made here, before the Trainer seeds itself
-    checkpoints = Path(args.checkpoints or f"{args.output}.checkpoints")
+    checkpoints = checkpoints_folder(args.output, args.checkpoints)
     resume = checkpoint_to_resume(training_args.resume_from_checkpoint, checkpoints)
     tokenizer = load_pretrained(AutoTokenizer, args.tokenizer, "tokenizer")
     objective.prepare_tokenizer(tokenizer)
@@ -105,7 +87,7 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:
     training_args.output_dir = str(checkpoints)
     num_parameters = model.num_parameters()  # before the Trainer wraps it: FSDP2 counted a tied weight twice
     trainer = build_trainer(objective, model, tokenizer, data, collator, training_args)
-    with staged_output(args.output) as staging:
+    with checkpoints_kept_on_a_stop(checkpoints), staged_output(args.output) as staging:
         train_result = trainer.train(resume_from_checkpoint=resume)
         initial = initial_evaluation(trainer.state.log_history)
         final = trainer.evaluate()
@@ -130,13 +112,6 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:
         if trainer.is_world_process_zero():
             (staging / "pretrain_results.json").write_text(json.dumps(results, indent=2) + "\n")
     if trainer.is_world_process_zero():
-        _remove_checkpoints(checkpoints)
+        remove_checkpoints(checkpoints)
     return results
 
-
-def _remove_checkpoints(folder: Path):
-    """Delete the Trainer's ``checkpoint-*`` folders, and ``folder`` itself if nothing else is in it."""
-    for checkpoint in folder.glob("checkpoint-*"):
-        shutil.rmtree(checkpoint, ignore_errors=True)
-    if folder.is_dir() and not any(folder.iterdir()):
-        folder.rmdir()

@@ -4,19 +4,32 @@
 import torch
 from transformers import Trainer
 
+from hf_plm_ext.checkpoints.saving import CheckpointArgumentsAsJson
+
 
 class SubLossTrainer(Trainer):
     """Logs the mean of every ``*_loss`` and ``*_accuracy`` field of the model's output over the logging interval
     and over the processes.
 
     The fields are summed as detached tensors on their device (no host sync per micro-batch) and brought to the
-    host once per log (and at the end of training, for the steps since the last), averaged over the ranks there (``Trainer.log`` runs on every rank). ``sub_loss_history`` keeps
-    every logged average.
+    host once per log (and at the end of training, for the steps since the last), averaged over the ranks there
+    (``Trainer.log`` runs on every rank). ``sub_loss_history`` keeps every logged average. Its checkpoints hold no pickled arguments (:class:`CheckpointArgumentsAsJson`), and a
+    resume does not warn about tied weights, which a checkpoint leaves out and tying restores.
     """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._sub_loss_sums, self._sub_loss_count, self.sub_loss_history = {}, 0, []
+        self.add_callback(CheckpointArgumentsAsJson)
+
+    def _issue_warnings_after_load(self, load_result):
+        tied = tied_weight_names(self.model)
+        untied = [key for key in load_result.missing_keys if key not in tied]
+        if len(untied) < len(load_result.missing_keys):
+            for module in self.model.modules():
+                if getattr(module, "all_tied_weights_keys", None):
+                    module.tie_weights()
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=untied))
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
@@ -40,3 +53,13 @@ class SubLossTrainer(Trainer):
                 self.sub_loss_history.append({"step": self.state.global_step, **averages})
             self._sub_loss_sums, self._sub_loss_count = {}, 0
         super().log(logs, start_time)
+
+
+def tied_weight_names(model) -> set[str]:
+    """The state-dict names of ``model``'s weights tied to another (a masked-LM decoder to the input embeddings),
+    also inside a wrapper (a distillation model's student)."""
+    names = set()
+    for prefix, module in model.named_modules():
+        for target in getattr(module, "all_tied_weights_keys", None) or {}:
+            names.add(f"{prefix}.{target}" if prefix else target)
+    return names

@@ -1,4 +1,4 @@
-from .configuration_k_adapter import KAdapterConfig, spread_layers
+from .configuration_k_adapter import KAdapterConfig, adapter_shape_for, spread_layers
 from .modeling_k_adapter import (
     KAdapterForEntityTyping,
     KAdapterForRelationClassification,
@@ -9,7 +9,7 @@ from .modeling_k_adapter import (
     KAdapterPreTrainedModel,
 )
 
-__all__ = ["KAdapterConfig", "spread_layers", "KAdapterModel", "KAdapterForSequenceClassification",
+__all__ = ["KAdapterConfig", "adapter_shape_for", "spread_layers", "KAdapterModel", "KAdapterForSequenceClassification",
            "KAdapterForTokenClassification", "KAdapterForEntityTyping", "KAdapterForRelationClassification",
            "KAdapterPreTrainedModel", "KAdapterModelOutput"]
 

@@ -41,6 +41,19 @@ def spread_layers(num_hidden_layers: int, count: int = 3) -> list[int]:
     return sorted({round(i * top / (count - 1)) for i in range(count)}) if count > 1 else [0]
 
 
+def adapter_shape_for(backbone_width: int, adapter_size: int | None = None) -> dict:
+    """The paper's adapter shape for a backbone ``backbone_width`` wide: K-Adapter puts 768-wide adapters (12 heads of
+    64, a 3072 feed-forward) on RoBERTa-large's 1024, so 3/4 of the width, heads of 64 (at least one) and a
+    feed-forward 4x the adapters' width; ``adapter_size``, when given, sets the width and the rest follows it."""
+    size = adapter_size or max(1, round(0.75 * backbone_width))
+    heads = max(1, size // 64)
+    while size % heads:
+        heads -= 1
+    if adapter_size is None:
+        size = size // heads * heads
+    return {"adapter_size": size, "adapter_num_attention_heads": heads, "adapter_intermediate_size": 4 * size}
+
+
 @strict
 class KAdapterConfig(PreTrainedConfig):
     r"""Knowledge adapters read a frozen backbone's hidden states at ``adapter_layers``.
@@ -59,7 +72,9 @@ class KAdapterConfig(PreTrainedConfig):
         adapter_layers: the backbone's hidden-state indices each adapter reads (0: the embeddings); default three
             spread over the depth (:func:`spread_layers`).
         adapter_size: the adapters' inner width. adapter_num_layers, adapter_num_attention_heads,
-            adapter_intermediate_size, adapter_hidden_act, adapter_dropout: their transformer layers.
+            adapter_intermediate_size, adapter_hidden_act, adapter_dropout: their transformer layers. Left out,
+            the paper's proportions on RoBERTa-large (width 1024) are kept for any backbone
+            (:func:`adapter_shape_for`): 3/4 of the backbone's width, heads of 64, a feed-forward 4x as wide.
         adapter_skip_layers: every this many adapter layers, the output of an earlier one is added again (the
             paper's ``adapter_skip_layers``; 0: none).
         adapter_initializer_range: the adapters' init std (the paper's 0.0002: they start close to the identity).
@@ -77,10 +92,10 @@ class KAdapterConfig(PreTrainedConfig):
     embed_backbone: bool = False
     adapter_names: list[str] | tuple[str, ...] = ("adapter",)
     adapter_layers: list[int] | tuple[int, ...] | None = None
-    adapter_size: int = interval(min=1)(default=768)
+    adapter_size: int | None = None
     adapter_num_layers: int = interval(min=1)(default=2)
-    adapter_num_attention_heads: int = interval(min=1)(default=12)
-    adapter_intermediate_size: int = interval(min=1)(default=3072)
+    adapter_num_attention_heads: int | None = None
+    adapter_intermediate_size: int | None = None
     adapter_hidden_act: str = "gelu"
     adapter_dropout: float | int = interval(min=0.0, max=1.0, exclude_max=True)(default=0.1)
     adapter_skip_layers: int = interval(min=0)(default=0)
@@ -104,6 +119,10 @@ class KAdapterConfig(PreTrainedConfig):
         self.adapter_names, self.frozen_adapters = list(self.adapter_names), list(self.frozen_adapters)
         if self.adapter_layers is None:
             self.adapter_layers = spread_layers(self.backbone_config.num_hidden_layers)
+        paper_shape = adapter_shape_for(self.backbone_config.hidden_size, self.adapter_size)
+        for name, value in paper_shape.items():
+            if getattr(self, name) is None:
+                setattr(self, name, value)
         self.adapter_layers = list(self.adapter_layers)
         family_auto_map = getattr(type(self), "_family_auto_map", None)  # see MacBertConfig
         if family_auto_map and getattr(self, "auto_map", None) is None:
@@ -174,9 +193,13 @@ class KAdapterConfig(PreTrainedConfig):
                              f"{self.adapter_names})")
         if self.fusion not in FUSIONS:
             raise ValueError(f"KAdapterConfig.fusion must be one of {FUSIONS}, got {self.fusion!r}")
+        for name in ("adapter_size", "adapter_num_attention_heads", "adapter_intermediate_size"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"KAdapterConfig.{name} must be a whole number of at least 1, got "
+                                 f"{getattr(self, name)!r}")
         if self.adapter_size % self.adapter_num_attention_heads:
             raise ValueError(f"KAdapterConfig.adapter_size ({self.adapter_size}) must split into "
                              f"adapter_num_attention_heads ({self.adapter_num_attention_heads})")
 
 
-__all__ = ["KAdapterConfig", "spread_layers"]
+__all__ = ["KAdapterConfig", "adapter_shape_for", "spread_layers"]

@@ -12,6 +12,7 @@ from typing import ClassVar
 from transformers import AutoConfig
 
 from hf_plm_ext.checkpoints.loading import check_sequence_length, check_tokenizer_fits
+from hf_plm_ext.checkpoints.resuming import CHECKPOINTS_HELP
 from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.training.trainer import SubLossTrainer
 
@@ -23,9 +24,7 @@ class PretrainArguments:
     corpus: list[str] = field(metadata={"help": "UTF-8 text files, one paragraph or sentence per line"})
     tokenizer: str = field(metadata={"help": "tokenizer directory (e.g. from `hf-plm-ext tokenizer train`)"})
     output: str = field(metadata={"help": "new directory for the pre-trained model"})
-    checkpoints: str | None = field(default=None, metadata={"help": "folder for the Trainer's checkpoints "
-                                                                     "(default: OUTPUT.checkpoints); kept if the "
-                                                                     "run stops, removed once the model is saved"})
+    checkpoints: str | None = field(default=None, metadata={"help": CHECKPOINTS_HELP})
     model: str | None = field(default=None, metadata={"help": "continue from this checkpoint (its settings are "
                                                                "kept) instead of a fresh model"})
     config_overrides: str | None = field(default=None, metadata={"help": "fresh model's config, e.g. "
@@ -119,7 +118,7 @@ class Objective:
 
     def configure_checkpoint(self, model, tokenizer, where: str):
         """Check (or set) what ``--model`` must agree on; its own settings are kept unless a flag says otherwise."""
-        check_tokenizer_fits(tokenizer, model, where)
+        check_tokenizer_fits(tokenizer, model, self.args.tokenizer, where)
         if hasattr(self.args, "max_seq_length"):
             check_sequence_length(model, self.args.max_seq_length)
 
