@@ -11,11 +11,11 @@ import argparse
 import signal
 import sys
 
-from hf_plm_ext_cli import (benchmark, convert, correct, demo, distill, evaluate, export, finetune, k_adapter,
-                            pretrain, push, tokenizer)
+from hf_plm_ext_cli import (benchmark, convert, correct, corpus, demo, distill, evaluate, export, finetune,
+                            k_adapter, pretrain, push, tokenizer)
 
-COMMANDS = (tokenizer, pretrain, finetune, benchmark, distill, evaluate, correct, convert, export, k_adapter, push,
-            demo)
+COMMANDS = (tokenizer, corpus, pretrain, finetune, benchmark, distill, evaluate, correct, convert, export, k_adapter,
+            push, demo)
 DESCRIPTION = ("Post-BERT pre-training ideas as Hugging Face transformers families: train tokenizers, pre-train "
                "(`hf-plm-ext pretrain --help` lists the objectives), fine-tune on GLUE/CLUE, evaluate, "
                "convert other implementations' checkpoints, export and push to a Hub.")

@@ -94,8 +94,9 @@ def fresh_python(code, *args, cwd=None, timeout=300):
                           text=True, cwd=cwd or tempfile.gettempdir(), env=env, timeout=timeout)
 
 
-# No pickles in what the package writes (weights are safetensors, arguments JSON). The Trainer's own checkpoint
-# internals are the one exception: it writes and reads them back itself, with weights_only.
+# No pickles in what the package writes (weights are safetensors, arguments JSON). The engines' own internals are
+# the exceptions, each written and read back by the engine itself: the Trainer's checkpoint files (read with
+# weights_only), and the pipeline that datatrove's Slurm executor hands its jobs (executor.pik in its logs folder).
 TRAINER_CHECKPOINT_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state")
 
 
@@ -108,6 +109,8 @@ def pickles_under(folder: Path) -> list[Path]:
         if not path.is_file() or path.is_symlink():
             continue
         if path.parent.name.startswith("checkpoint-") and path.name.startswith(TRAINER_CHECKPOINT_FILES):
+            continue
+        if path.name == "executor.pik" and (path.parent / "executor.json").is_file():  # datatrove's Slurm jobs
             continue
         with open(path, "rb") as stream:
             head = stream.read(2)

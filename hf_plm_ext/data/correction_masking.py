@@ -93,7 +93,8 @@ class DataCollatorForCorrectionMasking:
 
     A random word is as many random non-special vocabulary tokens as the word has, so labels
     stay aligned. ``labels`` hold the original ids at selected positions and -100 elsewhere.
-    Features need ``input_ids`` and ``word_ids`` (from :func:`add_word_ids`). ``seed`` makes the
+    Features need ``input_ids`` and ``word_ids`` (from :func:`add_word_ids`); a feature's ``mask_seed`` (a token
+    store's examples carry one) draws that example's masks alone, from it. Otherwise ``seed`` makes the
     sequence of masks reproducible; masks differ from batch to batch (dynamic masking). In
     DataLoader workers each worker draws its own stream, seeded from ``seed`` and the worker's
     torch seed (so reproducible under ``torch.manual_seed``, as the Trainer sets it).
@@ -135,11 +136,20 @@ class DataCollatorForCorrectionMasking:
     def __call__(self, features):
         self._reseed_in_worker()
         word_ids = [np.asarray(f["word_ids"], dtype=np.int64) for f in features]
-        plain = [{k: v for k, v in f.items() if k != "word_ids"} for f in features]
+        mask_seeds = [f.get("mask_seed") for f in features]
+        plain = [{k: v for k, v in f.items() if k not in ("word_ids", "mask_seed")} for f in features]
         batch = self.tokenizer.pad(plain, return_tensors="pt", pad_to_multiple_of=self.pad_to_multiple_of)
         input_ids = batch["input_ids"].clone()
         labels = torch.full_like(input_ids, -100)
-        self._corrupt(input_ids.numpy(), labels.numpy(), word_ids)  # numpy views share the tensors' memory
+        ids, label_view = input_ids.numpy(), labels.numpy()  # numpy views share the tensors' memory
+        if mask_seeds[0] is None:
+            self._corrupt(ids, label_view, word_ids)
+        else:  # each example's masks from its own seed (a token store's: exact on a resume, in any worker)
+            stream = self._rng
+            for row, seed in enumerate(mask_seeds):
+                self._rng = np.random.default_rng(seed)
+                self._corrupt(ids[row:row + 1], label_view[row:row + 1], word_ids[row:row + 1])
+            self._rng = stream
         batch["input_ids"], batch["labels"] = input_ids, labels
         return batch
 

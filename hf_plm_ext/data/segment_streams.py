@@ -64,17 +64,17 @@ class StreamSegments(Dataset):
             raise UserInputError(f"batch size ({batch_size}), segment length ({segment_length}) and world size "
                                  f"({world_size}) must be positive")
         self.batch_size, self.segment_length, self.world_size = batch_size, segment_length, world_size
-        n_streams = batch_size * world_size
-        stream_length = len(token_ids) // n_streams
-        if stream_length < 2:
-            raise UserInputError(f"{len(token_ids)} tokens are too few for {n_streams} streams "
+        self.n_streams = batch_size * world_size
+        self.stream_length = len(token_ids) // self.n_streams
+        if self.stream_length < 2:
+            raise UserInputError(f"{len(token_ids)} tokens are too few for {self.n_streams} streams "
                                  f"(batch size {batch_size} x {world_size} processes) of at least 2 tokens")
-        self.streams = token_ids[:n_streams * stream_length].view(n_streams, stream_length)
-        self.n_segments = -(-(stream_length - 1) // segment_length)  # ceil: the last one may be shorter
+        self.token_ids = token_ids  # a tensor, or anything sliced as one (a token store's stream)
+        self.n_segments = -(-(self.stream_length - 1) // segment_length)  # ceil: the last one may be shorter
 
     @property
     def tokens_predicted(self) -> int:
-        return self.streams.shape[0] * (self.streams.shape[1] - 1)
+        return self.n_streams * (self.stream_length - 1)
 
     def __len__(self):
         return self.n_segments * self.batch_size * self.world_size
@@ -84,7 +84,8 @@ class StreamSegments(Dataset):
             raise IndexError(index)
         global_batch, row = divmod(index, self.batch_size)
         segment, rank = divmod(global_batch, self.world_size)
-        stream = self.streams[rank * self.batch_size + row]
+        stream_start = (rank * self.batch_size + row) * self.stream_length
         start = segment * self.segment_length
-        end = min(start + self.segment_length, stream.shape[0] - 1)
-        return {"input_ids": stream[start:end], "shift_labels": stream[start + 1:end + 1]}
+        end = min(start + self.segment_length, self.stream_length - 1)
+        tokens = self.token_ids[stream_start + start:stream_start + end + 1]
+        return {"input_ids": tokens[:-1], "shift_labels": tokens[1:]}

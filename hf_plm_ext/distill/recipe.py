@@ -69,13 +69,23 @@ class DistillTaskArguments:
 @dataclass
 class DistillGeneralArguments:
     teacher: str = field(metadata={"help": "the teacher encoder (not fine-tuned: TinyBERT's general distillation)"})
-    corpus: list[str] = field(metadata={"help": "text files, one document or line of text per line", "nargs": "+"})
     output: str = field(metadata={"help": "new folder for the student encoder"})
+    corpus: list[str] | None = field(default=None, metadata={"help": "text files, one document or line of text per "
+                                                                     "line (or --data)", "nargs": "+"})
+    data: str | None = field(default=None, metadata={"help": "a token store (from `hf-plm-ext corpus prepare`, with "
+                                                             "the teacher's tokenizer) instead of --corpus"})
     checkpoints: str | None = field(default=None, metadata={"help": CHECKPOINTS_HELP})
     student_config: str | None = field(default=None, metadata={"help": STUDENT_HELP})
     student_layers: str | None = field(default=None, metadata={"help": LAYERS_HELP})
     max_seq_length: int = field(default=128, metadata={"help": "token block length"})
     validation_fraction: float = field(default=0.05, metadata={"help": "blocks held out for the evaluation loss"})
+    max_eval_samples: int | None = field(default=None, metadata={
+        "help": "evaluate on at most this many held-out blocks (default: all of --corpus's; 10,000 of --data's)"})
+
+    def __post_init__(self):
+        if (self.corpus is None) == (self.data is None):
+            raise UserInputError("give the text with --corpus FILES, or a token store with --data STORE (from "
+                                 "`hf-plm-ext corpus prepare`), one of the two")
 
 
 def parse_task(spec: str) -> tuple[str, str]:
@@ -268,7 +278,8 @@ def distill_general(args: DistillGeneralArguments, distill_args: DistillationArg
                     training_args: TrainingArguments) -> dict:
     """TinyBERT's general distillation: the intermediate losses only, on token blocks of ``args.corpus``; the
     student encoder, ``distill_results.json`` and its card go into ``args.output`` (all or nothing)."""
-    from hf_plm_ext.data.token_blocks import token_blocks
+    from hf_plm_ext.data.token_blocks import block_frame, token_blocks
+    from hf_plm_ext.data.token_store.datasets import STORE_EVAL_SAMPLES, at_most, store_blocks
 
     if stages_of(distill_args) != ["intermediate"]:
         raise UserInputError(f"general distillation has only the intermediate stage (unlabelled text has no "
@@ -279,7 +290,13 @@ def distill_general(args: DistillGeneralArguments, distill_args: DistillationArg
     tokenizer = load_pretrained(AutoTokenizer, args.teacher, "teacher tokenizer")
     teacher = load_pretrained(AutoModel, args.teacher, "teacher")
     student = build_student(args, teacher, AutoModel)
-    blocks = token_blocks(args.corpus, tokenizer, args.max_seq_length, training_args.seed, args.validation_fraction)
+    if args.data:  # the teacher's folder is the tokenizer the store must have been made with
+        blocks = store_blocks(args.data, tokenizer, args.teacher, args.max_seq_length, args.validation_fraction,
+                              None, *block_frame(tokenizer))
+    else:
+        blocks = token_blocks(args.corpus, tokenizer, args.max_seq_length, training_args.seed,
+                              args.validation_fraction)
+    blocks["test"] = at_most(blocks["test"], args.max_eval_samples or (STORE_EVAL_SAMPLES if args.data else None))
     with checkpoints_kept_on_a_stop(checkpoints), staged_output(args.output) as staging:
         training_args = dataclasses.replace(training_args, output_dir=str(checkpoints))
         try:
@@ -293,7 +310,7 @@ def distill_general(args: DistillGeneralArguments, distill_args: DistillationArg
         train_result = trainer.train(resume_from_checkpoint=resume)
         final = trainer.evaluate()["eval_loss"]
         trainer.accelerator.unwrap_model(trainer.model).remove_hooks()
-        results = {"teacher": str(args.teacher), "corpus": [str(p) for p in args.corpus],
+        results = {"teacher": str(args.teacher), "corpus": [str(p) for p in args.corpus or []], "data": args.data,
                    "student_from": _student_source(args), "train_blocks": len(blocks["train"]),
                    "held_out_blocks": len(blocks["test"]), "block_length": args.max_seq_length,
                    "teacher_parameters": parameter_counts(teacher)["total"],
@@ -316,7 +333,7 @@ def distill_general(args: DistillGeneralArguments, distill_args: DistillationArg
 def _block_collator(rows):
     import torch
 
-    ids = torch.tensor([row["input_ids"] for row in rows])
+    ids = torch.stack([torch.as_tensor(row["input_ids"]) for row in rows])
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
 

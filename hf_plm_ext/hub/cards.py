@@ -34,7 +34,7 @@ HEADS = {
 }
 TRAINING_FIELDS = ("learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "max_steps",
                    "num_train_epochs", "warmup_steps", "weight_decay", "seed")
-PRETRAINING_FIELDS = ("objective", "corpus", "train_examples", "world_size", "initial_eval_loss", "final_eval_loss")
+PRETRAINING_FIELDS = ("objective", "corpus", "data", "train_examples", "world_size", "initial_eval_loss", "final_eval_loss")
 
 
 def read_json(path: Path):

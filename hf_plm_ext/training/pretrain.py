@@ -17,6 +17,7 @@ from hf_plm_ext.checkpoints.loading import load_pretrained
 from hf_plm_ext.checkpoints.resuming import (checkpoint_to_resume, checkpoints_folder, checkpoints_kept_on_a_stop,
                                              remove_checkpoints)
 from hf_plm_ext.checkpoints.saving import save_final
+from hf_plm_ext.data.token_store.datasets import STORE_EVAL_SAMPLES, EpochToDatasets, at_most
 from hf_plm_ext.errors import UserInputError, last_line
 from hf_plm_ext.files import staged_output
 from hf_plm_ext.training.objectives import Objective, PretrainArguments, objective_for
@@ -64,6 +65,8 @@ def build_trainer(objective: Objective, model, tokenizer, data, collator, traini
                                       eval_dataset=data["test"], processing_class=tokenizer, data_collator=collator,
                                       **kwargs)
     trainer.model_accepts_loss_kwargs = False  # heads return batch means
+    if hasattr(data["train"], "set_epoch"):  # a token store's examples draw each epoch's masks
+        trainer.add_callback(EpochToDatasets(data["train"]))
     return trainer
 
 
@@ -82,8 +85,13 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:
     objective.prepare_tokenizer(tokenizer)
     model = build_model(objective, tokenizer)
     collator = objective.collator(tokenizer, training_args.seed)
+    if args.data and training_args.dataloader_persistent_workers:
+        raise UserInputError("--dataloader_persistent_workers with --data: persistent workers would keep the first "
+                             "epoch's masks; leave it out")
     with training_args.main_process_first(desc="pre-training data"):
-        data = objective.build_data(tokenizer, training_args)
+        data = (objective.build_store_data if args.data else objective.build_data)(tokenizer, training_args)
+    evaluated = args.max_eval_samples or (STORE_EVAL_SAMPLES if args.data else None)
+    data = {**data, "test": at_most(data["test"], evaluated)}
     training_args.output_dir = str(checkpoints)
     num_parameters = model.num_parameters()  # before the Trainer wraps it: FSDP2 counted a tied weight twice
     trainer = build_trainer(objective, model, tokenizer, data, collator, training_args)

@@ -21,17 +21,29 @@ from hf_plm_ext.training.trainer import SubLossTrainer
 class PretrainArguments:
     """The flags of every objective; each objective's arguments subclass this."""
 
-    corpus: list[str] = field(metadata={"help": "UTF-8 text files, one paragraph or sentence per line"})
     tokenizer: str = field(metadata={"help": "tokenizer directory (e.g. from `hf-plm-ext tokenizer train`)"})
     output: str = field(metadata={"help": "new directory for the pre-trained model"})
+    corpus: list[str] | None = field(default=None, metadata={"help": "UTF-8 text files, one paragraph or sentence "
+                                                                     "per line (or --data)"})
+    data: str | None = field(default=None, metadata={"help": "a token store (from `hf-plm-ext corpus prepare`) "
+                                                             "instead of --corpus: tokenised once, read through "
+                                                             "memory maps, resumed exactly"})
     checkpoints: str | None = field(default=None, metadata={"help": CHECKPOINTS_HELP})
     model: str | None = field(default=None, metadata={"help": "continue from this checkpoint (its settings are "
                                                                "kept) instead of a fresh model"})
     config_overrides: str | None = field(default=None, metadata={"help": "fresh model's config, e.g. "
                                                                           "'hidden_size=128,num_hidden_layers=2'"})
     validation_fraction: float = field(default=0.05, metadata={"help": "held-out share of the examples"})
+    max_eval_samples: int | None = field(default=None, metadata={
+        "help": "evaluate on at most this many held-out examples (default: all of --corpus's; 10,000 of --data's, "
+                "whose held-out share of a large store would take hours at every evaluation)"})
 
     def __post_init__(self):
+        if self.max_eval_samples is not None and self.max_eval_samples < 1:
+            raise UserInputError(f"--max_eval_samples must be at least 1, got {self.max_eval_samples}")
+        if (self.corpus is None) == (self.data is None):
+            raise UserInputError("give the text with --corpus FILES, or a token store with --data STORE (from "
+                                 "`hf-plm-ext corpus prepare`), one of the two")
         if not 0.0 < self.validation_fraction < 1.0:
             raise UserInputError(f"--validation_fraction must be in (0, 1), got {self.validation_fraction}")
 
@@ -77,7 +89,8 @@ class Objective:
     """A pre-training objective. Subclasses set the class attributes and override the hooks they need.
 
     ``pretrain()`` calls, in order: :meth:`prepare_tokenizer`, :meth:`fresh_config` (a fresh model) or
-    :meth:`check_checkpoint` and :meth:`configure_checkpoint` (``--model``), :meth:`collator`, :meth:`build_data`,
+    :meth:`check_checkpoint` and :meth:`configure_checkpoint` (``--model``), :meth:`collator`, :meth:`build_data`
+    (``--corpus``) or :meth:`build_store_data` (``--data``),
     :meth:`configure_training`, :meth:`trainer_kwargs`, and after training :meth:`extra_results`.
     """
 
@@ -126,8 +139,13 @@ class Objective:
         raise NotImplementedError
 
     def build_data(self, tokenizer, training_args) -> dict:
-        """``{"train": dataset, "test": dataset}`` (the held-out split)."""
+        """``{"train": dataset, "test": dataset}`` (the held-out split) of ``--corpus``."""
         raise NotImplementedError
+
+    def build_store_data(self, tokenizer, training_args) -> dict:
+        """As :meth:`build_data`, of the token store ``--data`` (``hf_plm_ext.data.token_store``): map-style
+        datasets whose examples and masks depend on their index alone."""
+        raise UserInputError(f"`pretrain {self.name}` does not read a token store yet; give the text with --corpus")
 
     def configure_training(self, training_args):
         """Adjust ``TrainingArguments`` to what the objective needs (label names, sampling order, ...)."""

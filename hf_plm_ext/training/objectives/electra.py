@@ -9,7 +9,8 @@ from transformers import AutoModelForPreTraining
 
 from hf_plm_ext.checkpoints.loading import check_sequence_length
 from hf_plm_ext.data.replaced_token_detection import SpecialTokensMaskCollator, rtd_metrics
-from hf_plm_ext.data.token_blocks import token_blocks
+from hf_plm_ext.data.token_blocks import block_frame, token_blocks
+from hf_plm_ext.data.token_store.datasets import store_blocks
 from hf_plm_ext.errors import UserInputError, last_line
 from hf_plm_ext.training.objectives.base import MaskedInputArguments, Objective, special_token_ids
 from hf_plm_ext.training.objectives.mlm import MaskedLM
@@ -59,6 +60,12 @@ class ElectraRTD(Objective):
     def build_data(self, tokenizer, training_args):
         return token_blocks(self.args.corpus, tokenizer, self.args.max_seq_length, training_args.seed,
                             self.args.validation_fraction)
+
+    def build_store_data(self, tokenizer, training_args):
+        # the model masks its own inputs, from torch's generator, which a checkpoint saves and a resume restores
+        opening, closing = block_frame(tokenizer)
+        return store_blocks(self.args.data, tokenizer, self.args.tokenizer, self.args.max_seq_length,
+                            self.args.validation_fraction, None, opening, closing)
 
     def trainer_kwargs(self):
         return {"compute_metrics": rtd_metrics}

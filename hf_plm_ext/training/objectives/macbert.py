@@ -10,6 +10,7 @@ from hf_plm_ext.data.correction_masking import DataCollatorForCorrectionMasking,
 from hf_plm_ext.data.similar_words import load_similar_words
 from hf_plm_ext.data.sop import build_sop_pairs
 from hf_plm_ext.data.token_blocks import hold_out
+from hf_plm_ext.data.token_store.datasets import sentence_pairs
 from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.files import check_text_file
 from hf_plm_ext.training.objectives.base import MaskedInputArguments, Objective, encoder_config
@@ -69,6 +70,19 @@ class MacBertPretraining(Objective):
         if len(pairs) < 2:
             raise UserInputError(f"the corpus ({', '.join(files)}) gives fewer than 2 sentence pairs")
         return hold_out(pairs, args.validation_fraction, seed)
+
+    def build_store_data(self, tokenizer, training_args):
+        """SOP pairs from the store's sentence and word starts (``corpus prepare --documents paragraphs
+        --sentences --words``, or ``--segmenter jieba`` for Chinese), as the text path makes them."""
+        args = self.args
+        pairs = sentence_pairs(args.data, tokenizer, args.tokenizer, args.max_seq_length, args.short_seq_prob,
+                               training_args.seed, args.validation_fraction)
+        segmented_by = pairs["train"].store.manifest.get("segmenter")
+        if args.segmenter is not None and args.segmenter != segmented_by:
+            words = f"{segmented_by}'s" if segmented_by else "the tokenizer's"
+            raise UserInputError(f"--segmenter {args.segmenter}: the words of --data {args.data} are {words}; leave "
+                                 f"--segmenter out, or prepare the store with `--segmenter {args.segmenter}`")
+        return pairs
 
     @classmethod
     def demo_arguments(cls, corpus, tokenizer, output, validation_corpus=None):

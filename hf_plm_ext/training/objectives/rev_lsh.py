@@ -5,7 +5,8 @@ from dataclasses import dataclass, field
 
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, DataCollatorForLanguageModeling
 
-from hf_plm_ext.data.token_blocks import token_blocks
+from hf_plm_ext.data.token_blocks import block_frame, token_blocks
+from hf_plm_ext.data.token_store.datasets import stack_examples, stack_with_causal_labels, store_blocks
 from hf_plm_ext.data.tokenizer_training import check_continuations_decode, make_causal
 from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.training.objectives.base import MaskedInputArguments, special_token_ids
@@ -35,7 +36,7 @@ class RevLSHArguments(MaskedInputArguments):
 
 
 class RevLSHPretraining(MaskedLM):
-    """``mlm``'s token blocks; its own config, head and collator."""
+    """``mlm``'s token blocks (of text or of a token store); its own config, head and collator."""
 
     name = "rev-lsh"
     help = "reversible LSH models over long documents: masked LM, or causal LM with --causal"
@@ -77,7 +78,15 @@ class RevLSHPretraining(MaskedLM):
         return token_blocks(self.args.corpus, tokenizer, self.args.max_seq_length, training_args.seed,
                             self.args.validation_fraction, causal=self.args.causal)
 
+    def build_store_data(self, tokenizer, training_args):
+        if not self.args.causal:
+            return super().build_store_data(tokenizer, training_args)
+        return store_blocks(self.args.data, tokenizer, self.args.tokenizer, self.args.max_seq_length,
+                            self.args.validation_fraction, None, *block_frame(tokenizer, causal=True))
+
     def collator(self, tokenizer, seed):
+        if self.args.data:  # blocks of one length; masked by the dataset, or their own labels (causal)
+            return stack_with_causal_labels if self.args.causal else stack_examples
         return DataCollatorForLanguageModeling(tokenizer, mlm=not self.args.causal,
                                                mlm_probability=self.args.mlm_probability)
 

@@ -8,6 +8,8 @@ from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoModelForCausalLM, default_data_collator
 
 from hf_plm_ext.data.segment_streams import StreamSegments, eos_id, tokenize_stream
+from hf_plm_ext.data.token_store.datasets import DocumentStream
+from hf_plm_ext.data.token_store.format import TokenStore
 from hf_plm_ext.data.tokenizer_training import pad_with_eos
 from hf_plm_ext.errors import UserInputError, last_line
 from hf_plm_ext.training.objectives.base import Objective, PretrainArguments, special_token_ids
@@ -30,6 +32,9 @@ class TransfoXLArguments(PretrainArguments):
                 "softmax)"})
 
     def __post_init__(self):
+        if self.max_eval_samples is not None:
+            raise UserInputError("--max_eval_samples: transfo-xl evaluates its held-out stream whole (its segments "
+                                 "continue each other); give a shorter --validation_corpus instead")
         super().__post_init__()
         if self.mem_len is not None and self.mem_len < 0:
             raise UserInputError(f"--mem-len must be >= 0 (0: no memory), got {self.mem_len}")
@@ -97,6 +102,19 @@ class TransfoXLLanguageModel(Objective):
             stream, held_out = stream[:cut], stream[cut:]
         world = training_args.world_size
         return {"train": StreamSegments(stream, training_args.per_device_train_batch_size, args.tgt_len, world),
+                "test": StreamSegments(held_out, training_args.per_device_eval_batch_size, args.tgt_len, world)}
+
+    def build_store_data(self, tokenizer, training_args):
+        """The store's documents as the text path's stream (each followed by ``<eos>``), read through the memory
+        maps: the streams stay contiguous, interleaved over the ranks as from text."""
+        args = self.args
+        if args.validation_corpus:
+            raise UserInputError("--validation_corpus with --data: the held-out stream is the store's last "
+                                 "--validation_fraction; prepare the held-out text as a store of its own run")
+        stream = DocumentStream(TokenStore(args.data, args.tokenizer), eos_id(tokenizer))
+        train, held_out = stream.split(len(stream) - max(2, int(len(stream) * args.validation_fraction)))
+        world = training_args.world_size
+        return {"train": StreamSegments(train, training_args.per_device_train_batch_size, args.tgt_len, world),
                 "test": StreamSegments(held_out, training_args.per_device_eval_batch_size, args.tgt_len, world)}
 
     def configure_training(self, training_args):
