@@ -96,7 +96,8 @@ def fresh_python(code, *args, cwd=None, timeout=300):
 
 # No pickles in what the package writes (weights are safetensors, arguments JSON). The engines' own internals are
 # the exceptions, each written and read back by the engine itself: the Trainer's checkpoint files (read with
-# weights_only), and the pipeline that datatrove's Slurm executor hands its jobs (executor.pik in its logs folder).
+# weights_only), torch.distributed.checkpoint's sharded folders (`save_sharded`: .distcp shards and a pickled
+# .metadata, read by dcp.load), and the pipeline that datatrove's Slurm executor hands its jobs (executor.pik).
 TRAINER_CHECKPOINT_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state")
 
 
@@ -112,6 +113,8 @@ def pickles_under(folder: Path) -> list[Path]:
             continue
         if path.name == "executor.pik" and (path.parent / "executor.json").is_file():  # datatrove's Slurm jobs
             continue
+        if path.suffix == ".distcp" or (path.name == ".metadata" and any(path.parent.glob("*.distcp"))):
+            continue  # torch.distributed.checkpoint's format
         with open(path, "rb") as stream:
             head = stream.read(2)
         if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):

@@ -201,7 +201,8 @@ def test_peft_lora_finds_its_targets_in_every_family(name, checkpoints, tmp_path
     assert trained_head and all(".modules_to_save." in n for n in trained_head), (name, trained_head)
     assert all(any(f".{head}." in n for head in ("classifier", "score")) for n in trained_head), name
     total = sum(p.numel() for p in model.parameters())
-    assert sum(trainable.values()) <= 0.05 * total, (name, sum(trainable.values()), total)
+    # (at these widths, 32, PEFT's default r = 8 is half of each matrix it adapts: the adapter is small, not tiny)
+    assert sum(trainable.values()) <= 0.1 * total, (name, sum(trainable.values()), total)
     lora_layers = [n for n, _ in model.named_modules() if n.endswith("lora_A.default")]
     assert lora_layers, name
     inputs = tokenizer(["the rabbit ran", "a cat"], padding=True, return_tensors="pt")

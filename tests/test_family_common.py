@@ -752,16 +752,26 @@ def test_peft_prefix_tuning_is_refused_and_prompt_tuning_and_p_tuning_train(vari
 
 @pytest.mark.parametrize("variant,model_class", SEQUENCE_CLASSIFIERS,
                          ids=[f"{v}-{m.__name__}" for v, m in SEQUENCE_CLASSIFIERS])
-def test_peft_prefix_tuning_of_a_classifier_is_refused_not_ignored(variant, model_class):
-    """No family takes prefix tuning's ``past_key_values`` in a classifier's forward: PEFT's check or the
-    family's own refusal stops it before a step that would train nothing."""
+def test_peft_prefix_tuning_of_a_classifier_is_refused_or_honoured_never_ignored(variant, model_class):
+    """Prefix tuning's ``past_key_values`` in a classifier's forward: PEFT's check or the family's own refusal stops
+    it (peft 0.21), or the prefix reaches the attention (peft 0.22 hands it to a BERT backbone's cache): the logits
+    then follow the prompt encoder's weights. Never a step that would train nothing."""
     from peft import PrefixTuningConfig, get_peft_model
 
-    model = build(variant, model_class)
+    model = build(variant, model_class).eval()
     config = PrefixTuningConfig(task_type="SEQ_CLS", num_virtual_tokens=4, num_layers=2, num_attention_heads=2,
                                 token_dim=model.config.get_text_config().hidden_size)
-    with pytest.raises(ValueError, match="past key values|prefix tuning"):
-        get_peft_model(model, config)(input_ids=input_ids(), labels=torch.tensor([0, 1]))
+    adapted = get_peft_model(model, config).eval()
+    try:
+        with torch.no_grad():
+            before = adapted(input_ids=input_ids()).logits
+    except (ValueError, TypeError) as err:
+        assert re.search("past key values|prefix tuning|cache|past_key_values", str(err)), err
+        return
+    with torch.no_grad():
+        for weight in adapted.prompt_encoder.parameters():
+            weight.add_(torch.randn_like(weight))
+        assert not torch.allclose(adapted(input_ids=input_ids()).logits, before)
 
 
 @pytest.mark.parametrize("variant,auto_name,model_class", CASES, ids=CASE_IDS)

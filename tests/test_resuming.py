@@ -65,11 +65,26 @@ def tiny_masked_lm(tmp_path_factory, english_tokenizer_dir):
     return out
 
 
-def command_line(command, out, english_tokenizer_dir, tiny_classifier_dir, tiny_masked_lm, shared_data):
+@pytest.fixture(scope="module")
+def text_store(tmp_path_factory, english_tokenizer_dir):
+    from types import SimpleNamespace
+
+    from hf_plm_ext.data.token_store.prepare import prepare_corpus
+
+    out = tmp_path_factory.mktemp("store") / "alice"
+    prepare_corpus(SimpleNamespace(corpus=[str(TEXT)], tokenizer=str(english_tokenizer_dir), output=str(out),
+                                   workers=1, executor="local", documents="lines", text_field="text",
+                                   sentences=False, words=False, segmenter=None, piece_megabytes=None,
+                                   slurm_partition=None, slurm_time=None), progress=lambda line: None)
+    return out
+
+
+def command_line(command, out, english_tokenizer_dir, tiny_classifier_dir, tiny_masked_lm, shared_data, store):
     common = ["--output", out, "--max_steps", 6, "--save_strategy", "steps", "--save_steps", 2,
               "--per_device_train_batch_size", 4, "--seed", 0, "--disable_tqdm", "true", "--report_to", "none"]
-    if command == "pretrain":
-        return ["pretrain", "mlm", "--corpus", TEXT, "--tokenizer", english_tokenizer_dir, "--config_overrides",
+    if command.startswith("pretrain"):
+        data = ["--data", store] if command == "pretrain --data" else ["--corpus", TEXT]
+        return ["pretrain", "mlm", *data, "--tokenizer", english_tokenizer_dir, "--config_overrides",
                 TINY, "--max_seq_length", 32, *common]
     if command == "distill":
         return ["distill", "general", "--teacher", tiny_classifier_dir, "--corpus", TEXT, "--student-layers",
@@ -85,11 +100,12 @@ def hf_plm_ext(*argv, kill_at_step=None):
                           env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE)})
 
 
-@pytest.mark.parametrize("command", ["pretrain", "distill", "csc"])
+@pytest.mark.parametrize("command", ["pretrain", "pretrain --data", "distill", "csc"])
 def test_a_checkpoint_cut_by_a_kill_is_passed_over_and_the_run_resumes_from_the_one_before(
-        command, tmp_path, english_tokenizer_dir, tiny_classifier_dir, tiny_masked_lm, shared_data):
+        command, tmp_path, english_tokenizer_dir, tiny_classifier_dir, tiny_masked_lm, shared_data, text_store):
     out = tmp_path / "out"
-    argv = command_line(command, out, english_tokenizer_dir, tiny_classifier_dir, tiny_masked_lm, shared_data)
+    argv = command_line(command, out, english_tokenizer_dir, tiny_classifier_dir, tiny_masked_lm, shared_data,
+                        text_store)
     killed = hf_plm_ext(*argv, kill_at_step=4)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     checkpoints = tmp_path / "out.checkpoints"

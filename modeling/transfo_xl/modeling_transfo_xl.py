@@ -491,10 +491,14 @@ def chosen_hidden_states(hidden_states: tuple, chosen) -> tuple:
 
 def refuse_unknown_arguments(kwargs: dict, token_type_ids, model: str):
     """What a tokenizer returns is accepted; what the model cannot honour is refused, never ignored: token types
-    (Transformer-XL has none) pass only as a row of zeros, and an unknown argument is an error."""
+    (Transformer-XL has none) pass only as a row of zeros, ``position_ids`` only as None, and an unknown argument is
+    an error."""
     if token_type_ids is not None and bool(token_type_ids.ne(0).any()):
         raise ValueError(f"{model}: Transformer-XL has no token type embeddings: token_type_ids must be all zeros (a "
                          f"single segment) or not given")
+    if kwargs.pop("position_ids", None) is not None:  # None is what PEFT's prompt tuning passes (peft 0.22)
+        raise ValueError(f"{model}: Transformer-XL's positions are relative, from the memory and the segment: "
+                         f"position_ids cannot be given")
     if kwargs:
         raise TypeError(f"{model}.forward() got unexpected arguments {sorted(kwargs)}")
 
