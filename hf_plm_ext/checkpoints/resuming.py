@@ -31,26 +31,25 @@ def checkpoints_folder(output, checkpoints=None) -> Path:
     return Path(checkpoints or f"{output}.checkpoints")
 
 
-def remove_checkpoints(folder) -> None:
-    """Delete the Trainer's ``checkpoint-*`` folders, and ``folder`` itself if nothing else is in it."""
-    folder = Path(folder)
-    for checkpoint in folder.glob("checkpoint-*"):
-        shutil.rmtree(checkpoint, ignore_errors=True)
-    if folder.is_dir() and not any(folder.iterdir()):
-        folder.rmdir()
-
-
 @contextmanager
-def checkpoints_kept_on_a_stop(folder):
-    """Around a run that checkpoints into ``folder``: a stop (an error, Ctrl-C) keeps the checkpoints written for
-    ``--resume_from_checkpoint last``, and removes the folder when it holds none (the Trainer makes it at once)."""
+def checkpoints_of_the_run(folder):
+    """Around a run that checkpoints into ``folder`` (outside its staged output): when the run ends, its
+    checkpoints are removed, and ``folder`` if nothing else is in it; a stop (an error, Ctrl-C) keeps them for
+    ``--resume_from_checkpoint last``, and removes the folder only when it holds none (the Trainer makes it at
+    once). Under ``torchrun`` the first rank removes."""
     folder = Path(folder)
+    main = int(os.environ.get("RANK", "0")) == 0
     try:
         yield folder
     except BaseException:
-        if int(os.environ.get("RANK", "0")) == 0 and folder.is_dir() and not any(folder.iterdir()):
+        if main and folder.is_dir() and not any(folder.iterdir()):
             folder.rmdir()
         raise
+    if main:
+        for checkpoint in folder.glob("checkpoint-*"):
+            shutil.rmtree(checkpoint, ignore_errors=True)
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
 
 
 def checkpoint_problem(folder) -> str | None:

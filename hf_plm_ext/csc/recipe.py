@@ -16,7 +16,7 @@ from transformers import AutoConfig, AutoTokenizer, DataCollatorForTokenClassifi
 from hf_plm_ext.checkpoints.loading import check_tokenizer_fits, load_pretrained
 from hf_plm_ext.checkpoints.results import write_results
 from hf_plm_ext.checkpoints.resuming import (CHECKPOINTS_HELP, checkpoint_to_resume, checkpoints_folder,
-                                             checkpoints_kept_on_a_stop, remove_checkpoints)
+                                             checkpoints_of_the_run)
 from hf_plm_ext.convert.bert import bert_fields
 from hf_plm_ext.csc.corrector import SpellingCorrector
 from hf_plm_ext.csc.data import (
@@ -131,7 +131,7 @@ def finetune_csc(args: CSCFinetuneArguments, training_args: TrainingArguments) -
     model = spelling_correction_model(args.model, correction_loss_weight=args.correction_loss_weight)
     check_tokenizer_fits(tokenizer, model, args.model)
     train_dataset = encode_spelling_pairs(train, tokenizer, args.max_seq_length)
-    with checkpoints_kept_on_a_stop(checkpoints), staged_output(args.output) as staging:
+    with checkpoints_of_the_run(checkpoints), staged_output(args.output) as staging:
         training_args.output_dir = str(checkpoints)
         trainer = task_trainer(model, tokenizer, training_args, train_dataset, trainer_class=SubLossTrainer,
                                data_collator=DataCollatorForTokenClassification(tokenizer, pad_to_multiple_of=8))
@@ -150,8 +150,6 @@ def finetune_csc(args: CSCFinetuneArguments, training_args: TrainingArguments) -
             "resumed_from": resume,
         }
         save_run(trainer, staging, results)
-    if trainer.is_world_process_zero():
-        remove_checkpoints(checkpoints)
     return results
 
 

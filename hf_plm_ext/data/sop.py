@@ -48,7 +48,7 @@ def build_sop_pairs(batch, indices, tokenizer, max_length=128, short_seq_prob=0.
             pair = _split_pair(chunk, rng)
             if pair is None:
                 continue
-            first, second = _truncate(*pair, max_tokens, rng)
+            first, second = truncate_pair(*pair, max_tokens, rng)
             swapped = rng.random() < 0.5
             if swapped:
                 first, second = second, first
@@ -81,7 +81,7 @@ def _split_pair(chunk, rng):
     return tokens[:cut], tokens[cut:]
 
 
-def _truncate(first, second, max_tokens, rng):
+def truncate_pair(first, second, max_tokens, rng):
     """Trim the longer segment, from its front or back at random, until both fit (ALBERT's rule)."""
     first, second = list(first), list(second)
     while len(first) + len(second) > max_tokens:

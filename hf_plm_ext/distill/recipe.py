@@ -17,7 +17,7 @@ from transformers import (AutoModel, AutoModelForSequenceClassification, AutoTok
 from hf_plm_ext.checkpoints.loading import check_sequence_length, check_tokenizer_fits, load_pretrained
 from hf_plm_ext.checkpoints.results import write_results
 from hf_plm_ext.checkpoints.resuming import (CHECKPOINTS_HELP, checkpoint_to_resume, checkpoints_folder,
-                                             checkpoints_kept_on_a_stop, refuse_resume, remove_checkpoints)
+                                             checkpoints_of_the_run, refuse_resume)
 from hf_plm_ext.checkpoints.saving import save_final
 from hf_plm_ext.distill.layer_map import layer_map_from
 from hf_plm_ext.distill.student import STUDENT_PRESETS, student_config, student_from_teacher_layers
@@ -297,7 +297,7 @@ def distill_general(args: DistillGeneralArguments, distill_args: DistillationArg
         blocks = token_blocks(args.corpus, tokenizer, args.max_seq_length, training_args.seed,
                               args.validation_fraction)
     blocks["test"] = at_most(blocks["test"], args.max_eval_samples or (STORE_EVAL_SAMPLES if args.data else None))
-    with checkpoints_kept_on_a_stop(checkpoints), staged_output(args.output) as staging:
+    with checkpoints_of_the_run(checkpoints), staged_output(args.output) as staging:
         training_args = dataclasses.replace(training_args, output_dir=str(checkpoints))
         try:
             trainer = DistillationTrainer(model=student, teacher=teacher, distillation_args=distill_args,
@@ -325,8 +325,6 @@ def distill_general(args: DistillGeneralArguments, distill_args: DistillationArg
         if trainer.is_world_process_zero():
             (staging / "distill_results.json").write_text(json.dumps(results, indent=2) + "\n")
             render_card(staging).save(str(staging / "README.md"))
-    if trainer.is_world_process_zero():
-        remove_checkpoints(checkpoints)
     return results
 
 

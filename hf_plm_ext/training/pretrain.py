@@ -14,8 +14,7 @@ from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoConfig, AutoTokenizer, TrainingArguments, set_seed
 
 from hf_plm_ext.checkpoints.loading import load_pretrained
-from hf_plm_ext.checkpoints.resuming import (checkpoint_to_resume, checkpoints_folder, checkpoints_kept_on_a_stop,
-                                             remove_checkpoints)
+from hf_plm_ext.checkpoints.resuming import checkpoint_to_resume, checkpoints_folder, checkpoints_of_the_run
 from hf_plm_ext.checkpoints.saving import save_final
 from hf_plm_ext.data.token_store.datasets import STORE_EVAL_SAMPLES, EpochToDatasets, at_most
 from hf_plm_ext.errors import UserInputError, last_line
@@ -95,7 +94,7 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:
     training_args.output_dir = str(checkpoints)
     num_parameters = model.num_parameters()  # before the Trainer wraps it: FSDP2 counted a tied weight twice
     trainer = build_trainer(objective, model, tokenizer, data, collator, training_args)
-    with checkpoints_kept_on_a_stop(checkpoints), staged_output(args.output) as staging:
+    with checkpoints_of_the_run(checkpoints), staged_output(args.output) as staging:
         train_result = trainer.train(resume_from_checkpoint=resume)
         initial = initial_evaluation(trainer.state.log_history)
         final = trainer.evaluate()
@@ -119,7 +118,5 @@ def pretrain(args: PretrainArguments, training_args: TrainingArguments) -> dict:
         save_final(trainer, staging)
         if trainer.is_world_process_zero():
             (staging / "pretrain_results.json").write_text(json.dumps(results, indent=2) + "\n")
-    if trainer.is_world_process_zero():
-        remove_checkpoints(checkpoints)
     return results
 

@@ -3,12 +3,14 @@ resume is an offset (the Trainer's sampler skips indices, no batch is read again
 drawn from ``(seed, epoch, example)`` alone, the same after a resume, in any worker, on any rank.
 """
 
+import copy
 import math
 
 import numpy as np
 import torch
 from transformers import TrainerCallback
 
+from hf_plm_ext.data.sop import truncate_pair
 from hf_plm_ext.data.token_store.format import TokenStore
 from hf_plm_ext.errors import UserInputError
 
@@ -194,8 +196,8 @@ class SentencePairs(torch.utils.data.Dataset):
         else:  # one sentence: at a word start in its middle (or its middle token)
             words = np.flatnonzero(word_starts[1:]) + 1
             cut = int(words[len(words) // 2]) if len(words) else len(ids) // 2
-        first, second = np.arange(0, cut), np.arange(cut, len(ids))
-        first, second = truncated(first, second, self.max_tokens, rng)
+        first, second = (np.array(part, dtype=np.int64) for part in
+                         truncate_pair(range(cut), range(cut, len(ids)), self.max_tokens, rng))
         swapped = rng.random() < 0.5
         if swapped:
             first, second = second, first
@@ -215,15 +217,6 @@ class SentencePairs(torch.utils.data.Dataset):
                 "mask_seed": [self.seed, 0 if self.split == "test" else self.epoch, chunk]}  # fixed held-out masks
 
 
-def truncated(first: np.ndarray, second: np.ndarray, max_tokens: int, rng) -> tuple[np.ndarray, np.ndarray]:
-    """ALBERT's rule: trim the longer segment, from its front or back at random, until both fit."""
-    first, second = list(first), list(second)
-    while len(first) + len(second) > max_tokens:
-        longer = first if len(first) > len(second) else second
-        longer.pop(0 if rng.random() < 0.5 else -1)
-    return np.array(first, dtype=np.int64), np.array(second, dtype=np.int64)
-
-
 def sentence_pairs(store_path, tokenizer, tokenizer_dir, max_length: int, short_seq_prob: float, seed: int,
                    validation_fraction: float) -> dict:
     store = TokenStore(store_path, tokenizer_dir, needs=("sentences", "words"))
@@ -237,23 +230,20 @@ class DocumentStream:
     ``data.segment_streams.tokenize_stream`` makes it from text), sliced as a tensor is: ``stream[a:b]``. Only the
     document ends are held in memory (8 bytes a document); tokens are read from the memory maps per slice."""
 
-    def __init__(self, store: TokenStore, end: int, start: int = 0, stop: int | None = None):
+    def __init__(self, store: TokenStore, end: int):
         self.store, self.end = store, end
         document_ends = np.concatenate([shard.document_ends + offset for shard, offset
                                         in zip(store.shards, store.shard_offsets[:-1])])
         self.eos_positions = document_ends + np.arange(len(document_ends))  # the i-th end follows i earlier ones
-        total = store.num_tokens + len(document_ends)
-        self.start, self.stop = start, total if stop is None else stop
+        self.start, self.stop = 0, store.num_tokens + len(document_ends)
 
     def __len__(self) -> int:
         return self.stop - self.start
 
     def split(self, at: int) -> tuple["DocumentStream", "DocumentStream"]:
-        """``(stream[:at], stream[at:])``."""
-        head, tail = DocumentStream.__new__(DocumentStream), DocumentStream.__new__(DocumentStream)
-        for part, (start, stop) in ((head, (self.start, self.start + at)), (tail, (self.start + at, self.stop))):
-            part.store, part.end, part.eos_positions, part.start, part.stop = (self.store, self.end,
-                                                                               self.eos_positions, start, stop)
+        """``(stream[:at], stream[at:])``, sharing the document ends."""
+        head, tail = copy.copy(self), copy.copy(self)
+        head.stop = tail.start = self.start + at
         return head, tail
 
     def __getitem__(self, span: slice) -> torch.Tensor:

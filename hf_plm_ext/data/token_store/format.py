@@ -26,7 +26,6 @@ from hf_plm_ext.errors import UserInputError
 MANIFEST = "store.json"
 FORMAT = "hf-plm-ext token store"
 VERSION = 1
-BOUNDARIES = ("documents", "sentences", "words")
 # the flag of `corpus prepare` that records each optional boundary
 BOUNDARY_FLAGS = {"sentences": "--sentences", "words": "--words (or --segmenter jieba)"}
 
@@ -47,10 +46,6 @@ def tokenizer_digest(tokenizer_dir) -> str:
                              f"(e.g. from `hf-plm-ext tokenizer train`)")
     with open(path, "rb") as stream:
         return hashlib.file_digest(stream, "sha256").hexdigest()
-
-
-def pack_bits(starts: np.ndarray) -> bytes:
-    return np.packbits(starts.astype(bool)).tobytes()
 
 
 @dataclass

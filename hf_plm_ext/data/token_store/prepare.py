@@ -23,7 +23,7 @@ from hf_plm_ext.errors import UserInputError
 
 EXECUTORS = ("local", "slurm", "ray")
 SEGMENTERS = ("jieba",)
-EXTRAS = {"datatrove": "corpus", "ray": "ray"}  # the package an executor needs -> the extra that installs it
+EXTRAS = {"datatrove": "corpus", "ray": "ray", "jieba": "zh"}  # a package -> the extra that installs it
 
 
 def require(package: str, why: str):
@@ -41,10 +41,10 @@ def staging_folder(output: Path) -> Path:
     return output.parent / f".{output.name}.staging"
 
 
-def settings_of(args, files, pieces, tokenizer_dir: Path, vocab_size: int) -> dict:
+def settings_of(args, files, pieces, tokenizer_dir: Path, digest: str, vocab_size: int) -> dict:
     """What makes the store what it is: a relaunch with other settings must not mix into a staged one."""
     return {"sources": record_of(files), "pieces": [asdict(piece) for piece in pieces],
-            "tokenizer": {"path": str(tokenizer_dir.resolve()), "sha256": tokenizer_digest(tokenizer_dir),
+            "tokenizer": {"path": str(tokenizer_dir.resolve()), "sha256": digest,
                           "vocab_size": vocab_size},
             "dtype": np.dtype(token_dtype(vocab_size)).name, "documents": args.documents,
             "text_field": args.text_field, "segmenter": args.segmenter,
@@ -73,15 +73,15 @@ def prepare_corpus(args, progress=print) -> dict:
     tokenizer_dir = Path(args.tokenizer)
     from tokenizers import Tokenizer
 
-    tokenizer_digest(tokenizer_dir)  # a folder with a tokenizer.json, or one line
+    digest = tokenizer_digest(tokenizer_dir)  # a folder with a tokenizer.json, or one line
     vocab_size = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json")).get_vocab_size()
     if args.segmenter == "jieba":
-        require_jieba()
+        require("jieba", "--segmenter jieba")
     files = corpus_files(args.corpus)
     for path in files:
         check_source(path, args.text_field)
     pieces = pieces_of(files, args.piece_megabytes << 20 if args.piece_megabytes else PIECE_BYTES)
-    settings = settings_of(args, files, pieces, tokenizer_dir, vocab_size)
+    settings = settings_of(args, files, pieces, tokenizer_dir, digest, vocab_size)
     staging = open_staging(output, settings)
     from hf_plm_ext.data.token_store.steps import ReadPieces, WriteShard  # datatrove's steps (an optional extra)
 
@@ -105,22 +105,16 @@ def prepare_corpus(args, progress=print) -> dict:
     except UserInputError:
         raise
     except Exception as err:  # a task's failure, raised again here by the executor: its log says the rest
-        failed = first_unfinished(logs, len(pieces))
+        failed = (unfinished(logs, len(pieces)) or [0])[0]
         raise UserInputError(f"task {failed} failed ({type(err).__name__}: {' '.join(str(err).split())[:200]}); its "
                              f"log: {logs / 'logs' / f'task_{failed:05d}.log'}; the same command reruns the "
                              f"unfinished tasks alone") from None
     return finish_store(staging, output)
 
 
-def first_unfinished(logs: Path, tasks: int) -> int:
-    return next((rank for rank in range(tasks) if not (logs / "completions" / f"{rank:05d}").is_file()), 0)
-
-
-def require_jieba():
-    try:
-        import jieba  # noqa: F401
-    except ImportError:
-        raise UserInputError("--segmenter jieba needs jieba: pip install 'hf-plm-ext[zh]'") from None
+def unfinished(logs: Path, tasks: int) -> list[int]:
+    """The tasks without datatrove's completion marker."""
+    return [rank for rank in range(tasks) if not (logs / "completions" / f"{rank:05d}").is_file()]
 
 
 def open_staging(output: Path, settings: dict) -> Path:
@@ -153,7 +147,7 @@ def run_on_ray(args, pipeline, tasks: int, logs: Path) -> None:
         ray.init(address=address, num_cpus=None if address else args.workers, log_to_driver=False,
                  include_dashboard=False)
     RayPipelineExecutor(pipeline, tasks=tasks, workers=args.workers, logging_dir=str(logs)).run()
-    incomplete = [rank for rank in range(tasks) if not (logs / "completions" / f"{rank:05d}").is_file()]
+    incomplete = unfinished(logs, tasks)
     if incomplete:
         raise UserInputError(f"{len(incomplete)} Ray task(s) failed (ranks {incomplete[:10]}); their logs are in "
                              f"{logs}/logs; the same command reruns them alone")

@@ -11,6 +11,8 @@ import numpy as np
 from datatrove.data import Document
 from datatrove.pipeline.base import PipelineStep
 
+from hf_plm_ext.data.correction_masking import jieba_spans
+from hf_plm_ext.data.sop import SENTENCE_END
 from hf_plm_ext.data.token_store.format import shard_name
 from hf_plm_ext.data.token_store.sources import Piece, read_piece
 
@@ -132,8 +134,6 @@ def starts_of(spans_start: list[int], encoding) -> np.ndarray:
 def sentence_starts(text: str, encoding) -> np.ndarray:
     """Sentences as the text path splits them (``data.sop.split_sentences``): at line breaks and after end
     punctuation."""
-    from hf_plm_ext.data.sop import SENTENCE_END
-
     starts, offset = [], 0
     for line in text.splitlines(keepends=True):
         starts += [offset] + [offset + match.end() for match in SENTENCE_END.finditer(line)]
@@ -145,8 +145,6 @@ def word_starts(text: str, encoding, segmenter: str | None) -> np.ndarray:
     """Words as the text path's whole-word masking takes them: the tokenizer's pre-tokenisation, or jieba's
     words for Chinese (``data.correction_masking.add_word_ids``)."""
     if segmenter == "jieba":
-        from hf_plm_ext.data.correction_masking import jieba_spans
-
         return starts_of([start for start, _ in jieba_spans(text)] or [0], encoding)
     word_ids = np.array([-1 if w is None else w for w in encoding.word_ids])
     if not len(word_ids):
