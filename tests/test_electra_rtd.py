@@ -4,6 +4,7 @@ import pytest
 import torch
 from huggingface_hub.errors import StrictDataclassError
 from transformers import (
+    AutoConfig,
     AutoModel,
     AutoModelForPreTraining,
     AutoModelForSequenceClassification,
@@ -257,8 +258,11 @@ def test_pretrain_export_and_finetune_from_the_command_line(tmp_path, english_to
     assert classifier.config.id2label == {0: "0", 1: "1"} == classifier.discriminator.config.id2label
     assert not any(name.startswith("generator.") for name, _ in classifier.named_parameters())
 
-    code, _, stderr = run_cli(["export", "electra", run_dir, tmp_path / "again"], capsys)  # default: discriminator
+    code, _, stderr = run_cli(["export", "electra", run_dir, tmp_path / "again"], capsys)  # default: the pair
     assert code == 0, stderr
+    assert AutoConfig.from_pretrained(tmp_path / "again/generator").hidden_size == 32
+    assert (json.loads((tmp_path / "again/discriminator/config.json").read_text()) ==
+            json.loads((exported / "config.json").read_text()))
     code, _, stderr = run_cli(["export", "electra", tmp_path / "sst2", tmp_path / "wrong"], capsys)
     assert code == 2 and "is a 'electra' checkpoint, not an ELECTRA run" in stderr
     assert not (tmp_path / "wrong").exists()

@@ -163,6 +163,30 @@ def check_tokenizer_fits(tokenizer, model, tokenizer_source, model_source=None):
         )
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "sentencepiece.bpe.model")
+
+
+def check_same_vocabulary(tokenizer, tokenizer_source, model_source):
+    """A checkpoint saved with its tokenizer must be trained with that vocabulary: another one of the same size or
+    smaller would pass :func:`check_tokenizer_fits` and silently read every embedding row as another token."""
+    model_dir, tokenizer_dir = Path(model_source), Path(tokenizer_source)
+    if not model_dir.is_dir() or (tokenizer_dir.is_dir() and model_dir.resolve() == tokenizer_dir.resolve()):
+        return
+    if not any((model_dir / name).is_file() for name in TOKENIZER_FILES):
+        return
+    from transformers import AutoTokenizer
+
+    own = load_pretrained(AutoTokenizer, model_source, "tokenizer of --model").get_vocab()
+    given = tokenizer.get_vocab()
+    if own != given:
+        moved = sorted(token for token in set(own) | set(given) if own.get(token) != given.get(token))
+        example = moved[0]
+        raise UserInputError(
+            f"the tokenizer at {tokenizer_source} has another vocabulary than the one saved with the model at "
+            f"{model_source} ({len(given)} vs {len(own)} tokens, {len(moved)} differ, e.g. {example!r}: id "
+            f"{given.get(example)} vs {own.get(example)}); leave --tokenizer out to use the model's own")
+
+
 def check_sequence_length(model, max_seq_length):
     """Longer inputs than the position table would crash deep inside ``forward``."""
     positions = getattr(model.config, "max_position_embeddings", None)

@@ -26,10 +26,13 @@ def build_model(objective: Objective, tokenizer):
     """``--model`` (checked against the objective, its settings kept), or a fresh model of the objective's config
     with ``--config_overrides``."""
     args = objective.args
+    model = objective.start_from(tokenizer)
+    if model is not None:
+        return model
     if args.model is not None:
         config = load_pretrained(AutoConfig, args.model, "model config")
         objective.check_checkpoint(config, args.model)
-        model = load_pretrained(objective.head, args.model, "model")
+        model = objective.load_checkpoint(config, args.model)
         objective.configure_checkpoint(model, tokenizer, args.model)
         return model
     config = objective.fresh_config(tokenizer)

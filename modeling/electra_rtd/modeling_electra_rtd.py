@@ -25,7 +25,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from transformers import ElectraForMaskedLM, ElectraForPreTraining, ElectraForSequenceClassification, ElectraModel, PreTrainedModel
-from transformers.utils import ModelOutput, can_return_tuple
+from transformers.utils import ModelOutput, can_return_tuple, logging
+
+logger = logging.get_logger(__name__)
 
 from .configuration_electra_rtd import ElectraRTDConfig
 
@@ -267,18 +269,27 @@ class ElectraForRTDPreTraining(ElectraRTDPreTrainedModel):
     @classmethod
     def from_discriminator_and_generator(cls, discriminator, generator, **config_fields) -> "ElectraForRTDPreTraining":
         """Continue ELECTRA pre-training from stock checkpoints: ``discriminator`` an ``ElectraForPreTraining`` and
-        ``generator`` an ``ElectraForMaskedLM`` (folders or Hub ids, e.g. the released ELECTRA pairs).
-        ``config_fields`` are further :class:`ElectraRTDConfig` fields (``mask_token_id``, ``mask_prob``, ...).
+        ``generator`` an ``ElectraForMaskedLM`` (the models, or their folders or Hub ids, e.g. the released ELECTRA
+        pairs). ``config_fields`` are further :class:`ElectraRTDConfig` fields (``mask_token_id``, ``mask_prob``, ...).
 
         With ``tie_embeddings`` (the default) the pair shares the discriminator's embeddings, as after joint
-        training; the generator's own are not used.
+        training (Google's released pairs hold the same tables in both); where the generator's own differ, a warning
+        says so and they are not used.
         """
-        discriminator = ElectraForPreTraining.from_pretrained(discriminator)
-        generator = ElectraForMaskedLM.from_pretrained(generator)
+        if not isinstance(discriminator, PreTrainedModel):
+            discriminator = ElectraForPreTraining.from_pretrained(discriminator)
+        if not isinstance(generator, PreTrainedModel):
+            generator = ElectraForMaskedLM.from_pretrained(generator)
         model = cls(ElectraRTDConfig(discriminator_config=discriminator.config, generator_config=generator.config,
                                      **config_fields))
         model.generator.load_state_dict(generator.state_dict())
         model.discriminator.load_state_dict(discriminator.state_dict())  # last: its embeddings win where shared
+        if model.config.tie_embeddings:
+            own, shared = generator.electra.embeddings.state_dict(), discriminator.electra.embeddings.state_dict()
+            differing = [name for name in SHARED_EMBEDDINGS if not torch.equal(own[name], shared[name])]
+            if differing:
+                logger.warning(f"the generator's own embeddings ({', '.join(differing)}) differ from the "
+                               f"discriminator's; the pair shares the discriminator's, as ELECTRA trains them")
         return model
 
     def save_discriminator(self, directory, **kwargs):

@@ -18,6 +18,9 @@ class MacBertConfig(BertConfig):
     correction_loss_weight (`float`, 0.3): ``w`` in ``loss = w * correction_loss + (1 - w) * detection_loss``.
     detection_focal_gamma (`float`, 2.0): the focal loss's focusing exponent (0 = plain binary cross-entropy).
     detection_focal_alpha (`float`, 0.25): the focal loss's weight of the "wrong character" class.
+    stock_model_type (`str`, "bert"): the stock transformers type whose layout the weights follow, and which
+        ``hf-plm-ext export bert`` writes: "bert", or a RoBERTa type ("roberta", "xlm-roberta", "camembert"), whose
+        position ids count from ``pad_token_id + 1`` over the non-pad tokens, as ``RobertaEmbeddings`` counts them.
 
     Example:
         >>> from hf_plm_ext.modeling.macbert import MacBertConfig, MacBertModel
@@ -28,6 +31,7 @@ class MacBertConfig(BertConfig):
     correction_loss_weight: float | int = probability(default=0.3)
     detection_focal_gamma: float | int = interval(min=0)(default=2.0)
     detection_focal_alpha: float | int = probability(default=0.25)
+    stock_model_type: str = "bert"
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
@@ -42,7 +46,17 @@ class MacBertConfig(BertConfig):
         _check_fields(self)
 
 
+STOCK_MODEL_TYPES = ("bert", "roberta", "xlm-roberta", "camembert")
+ROBERTA_POSITIONS = ("roberta", "xlm-roberta", "camembert")
+
+
 def _check_fields(config):
+    if config.stock_model_type not in STOCK_MODEL_TYPES:
+        raise ValueError(f"MacBertConfig.stock_model_type must be one of {STOCK_MODEL_TYPES}, got "
+                         f"{config.stock_model_type!r}")
+    if config.stock_model_type in ROBERTA_POSITIONS and config.pad_token_id is None:
+        raise ValueError(f"MacBertConfig.stock_model_type {config.stock_model_type!r} counts positions from "
+                         f"pad_token_id, which is None")
     positive = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                 "intermediate_size", "max_position_embeddings", "type_vocab_size")
     for name in positive:
@@ -64,4 +78,4 @@ def _check_fields(config):
         )
 
 
-__all__ = ["MacBertConfig"]
+__all__ = ["MacBertConfig", "ROBERTA_POSITIONS", "STOCK_MODEL_TYPES"]

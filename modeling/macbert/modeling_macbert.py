@@ -22,11 +22,12 @@ from transformers import (
     BertModel,
     BertPreTrainedModel,
 )
-from transformers.models.bert.modeling_bert import BertOnlyMLMHead
+from transformers.models.bert.modeling_bert import BertEmbeddings, BertOnlyMLMHead
+from transformers.models.roberta.modeling_roberta import RobertaEmbeddings
 from transformers.utils import ModelOutput
 from transformers.utils.generic import can_return_tuple
 
-from .configuration_macbert import MacBertConfig
+from .configuration_macbert import ROBERTA_POSITIONS, MacBertConfig
 from .pipeline_spelling_correction import custom_pipelines_entry
 
 
@@ -94,6 +95,26 @@ def refuse_unknown_keywords(model, args, kwargs):
         raise TypeError(f"{type(model).__name__}.forward() got unexpected arguments {unknown}")
 
 
+class RobertaPositionEmbeddings(BertEmbeddings):
+    """BERT's embeddings (the same weights, names and initialisation) with RoBERTa's position ids: counted from
+    ``pad_token_id + 1`` over the non-pad tokens, pads at ``pad_token_id``, as ``RobertaEmbeddings`` counts them, so
+    that a RoBERTa checkpoint's position table is read at the rows it was trained at. Inputs and output as
+    ``BertEmbeddings``: ids ``[batch, seq]`` (or embeddings ``[batch, seq, hidden]``) -> ``[batch, seq, hidden]``."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.padding_idx = config.pad_token_id
+        self.position_embeddings.padding_idx = config.pad_token_id  # as RoBERTa's: the pads' row takes no gradient
+
+    def forward(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None, cache_length=0):
+        if position_ids is None:
+            position_ids = (RobertaEmbeddings.create_position_ids_from_input_ids(input_ids, self.padding_idx,
+                                                                                 cache_length)
+                            if input_ids is not None else
+                            RobertaEmbeddings.create_position_ids_from_inputs_embeds(inputs_embeds, self.padding_idx))
+        return super().forward(input_ids, token_type_ids, position_ids, inputs_embeds, cache_length)
+
+
 class MacBertPreTrainedModel(BertPreTrainedModel):
     config_class = MacBertConfig
     # The heads return batch means, so the Trainer must scale them for gradient accumulation.
@@ -103,6 +124,9 @@ class MacBertPreTrainedModel(BertPreTrainedModel):
                           "use_cache")
 
     def post_init(self):
+        if self.config.stock_model_type in ROBERTA_POSITIONS:  # before the weights are initialised
+            encoder = getattr(self, "bert", self)
+            encoder.embeddings = RobertaPositionEmbeddings(self.config)
         super().post_init()
         self.register_forward_pre_hook(refuse_unknown_keywords, with_kwargs=True)
 

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
-from hf_plm_ext.data.sop import truncate_pair
+from hf_plm_ext.data.sop import PairFrame, truncate_pair
 from hf_plm_ext.data.token_store.format import TokenStore
 from hf_plm_ext.errors import UserInputError
 
@@ -131,7 +131,7 @@ def at_most(dataset, count: int | None):
 class SentencePairs(torch.utils.data.Dataset):
     """ALBERT's sentence-order pairs (``data.sop.build_sop_pairs``'s rules) from a store's documents, sentence and
     word starts, one per chunk of a document: chunk ``k`` of a document holds the sentences that start in its
-    tokens ``[k * T, (k + 1) * T)``, ``T = max_length - 3``, so the chunks are found with array code, shard by
+    tokens ``[k * T, (k + 1) * T)``, ``T = max_length`` less the pair's special tokens, so the chunks are found with array code, shard by
     shard, when the dataset is made. An example is built when it is read, its random choices (a shorter target
     with ``short_seq_prob``, the cut between A and B, the truncation, the swap) drawn from ``(seed, chunk)``, as
     the text path draws them from ``(seed, document)``; ``mask_seed`` is ``(seed, epoch, chunk)`` for the
@@ -142,8 +142,9 @@ class SentencePairs(torch.utils.data.Dataset):
                  holdout_every: int):
         store.check_has("sentences")
         store.check_has("words")
-        self.store, self.max_tokens, self.short_seq_prob, self.seed = store, max_length - 3, short_seq_prob, seed
-        self.cls, self.sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+        self.frame = PairFrame(tokenizer)
+        self.store, self.short_seq_prob, self.seed = store, short_seq_prob, seed
+        self.max_tokens = max_length - self.frame.specials
         self.split, self.epoch = split, 0
         starts, ends = [], []
         for number, shard in enumerate(store.shards):
@@ -203,15 +204,16 @@ class SentencePairs(torch.utils.data.Dataset):
             first, second = second, first
         positions = np.concatenate([first, second])
         word_number = np.cumsum(word_starts)[positions] - 1
-        word_number = np.concatenate([[-1], word_number[:len(first)], [-1], word_number[len(first):], [-1]])
+        word_number = np.array([-1 if number is None else number for number in
+                                self.frame.word_ids(word_number[:len(first)], word_number[len(first):])])
         words, first_seen, inverse = np.unique(word_number[word_number >= 0], return_index=True, return_inverse=True)
         order = np.empty(len(words), dtype=np.int64)
         order[np.argsort(first_seen)] = np.arange(len(words))  # numbered as they appear (B may come first)
         word_ids = np.full(len(word_number), -1)
         word_ids[word_number >= 0] = order[inverse]
-        input_ids = np.concatenate([[self.cls], ids[first], [self.sep], ids[second], [self.sep]])
-        return {"input_ids": input_ids.tolist(),
-                "token_type_ids": [0] * (len(first) + 2) + [1] * (len(second) + 1),
+        input_ids = self.frame.input_ids(ids[first].tolist(), ids[second].tolist())
+        return {"input_ids": input_ids,
+                "token_type_ids": self.frame.token_type_ids(len(first), len(second)),
                 "attention_mask": [1] * len(input_ids), "word_ids": word_ids.tolist(),
                 "sentence_order_label": int(swapped),
                 "mask_seed": [self.seed, 0 if self.split == "test" else self.epoch, chunk]}  # fixed held-out masks

@@ -11,7 +11,8 @@ from typing import ClassVar
 
 from transformers import AutoConfig
 
-from hf_plm_ext.checkpoints.loading import check_sequence_length, check_tokenizer_fits
+from hf_plm_ext.checkpoints.loading import (check_same_vocabulary, check_sequence_length, check_tokenizer_fits,
+                                            load_pretrained)
 from hf_plm_ext.checkpoints.resuming import CHECKPOINTS_HELP
 from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.training.trainer import SubLossTrainer
@@ -21,8 +22,9 @@ from hf_plm_ext.training.trainer import SubLossTrainer
 class PretrainArguments:
     """The flags of every objective; each objective's arguments subclass this."""
 
-    tokenizer: str = field(metadata={"help": "tokenizer directory (e.g. from `hf-plm-ext tokenizer train`)"})
     output: str = field(metadata={"help": "new directory for the pre-trained model"})
+    tokenizer: str | None = field(default=None, metadata={"help": "tokenizer directory (e.g. from `hf-plm-ext "
+                                                                   "tokenizer train`); default: --model's own"})
     corpus: list[str] | None = field(default=None, metadata={"help": "UTF-8 text files, one paragraph or sentence "
                                                                      "per line (or --data)"})
     data: str | None = field(default=None, metadata={"help": "a token store (from `hf-plm-ext corpus prepare`) "
@@ -39,6 +41,11 @@ class PretrainArguments:
                 "whose held-out share of a large store would take hours at every evaluation)"})
 
     def __post_init__(self):
+        if self.tokenizer is None:
+            if self.model is None:
+                raise UserInputError("give --tokenizer DIR (a fresh model's), or --model DIR, whose tokenizer is "
+                                     "then used")
+            self.tokenizer = self.model
         if self.max_eval_samples is not None and self.max_eval_samples < 1:
             raise UserInputError(f"--max_eval_samples must be at least 1, got {self.max_eval_samples}")
         if (self.corpus is None) == (self.data is None):
@@ -88,8 +95,8 @@ def encoder_config(model_type: str, tokenizer, max_seq_length: int):
 class Objective:
     """A pre-training objective. Subclasses set the class attributes and override the hooks they need.
 
-    ``pretrain()`` calls, in order: :meth:`prepare_tokenizer`, :meth:`fresh_config` (a fresh model) or
-    :meth:`check_checkpoint` and :meth:`configure_checkpoint` (``--model``), :meth:`collator`, :meth:`build_data`
+    ``pretrain()`` calls, in order: :meth:`prepare_tokenizer`, :meth:`start_from`, :meth:`fresh_config` (a fresh
+    model) or :meth:`check_checkpoint`, :meth:`load_checkpoint` and :meth:`configure_checkpoint` (``--model``), :meth:`collator`, :meth:`build_data`
     (``--corpus``) or :meth:`build_store_data` (``--data``),
     :meth:`configure_training`, :meth:`trainer_kwargs`, and after training :meth:`extra_results`.
     """
@@ -120,6 +127,10 @@ class Objective:
         (:func:`special_token_ids`)."""
         raise NotImplementedError
 
+    def start_from(self, tokenizer):
+        """A model the objective's own flags name (ELECTRA's ``--generator`` / ``--discriminator``), or None."""
+        return None
+
     def check_checkpoint(self, config, where: str):
         """Refuse a ``--model`` whose family this objective cannot train."""
         if self.model_types is not None and config.model_type not in self.model_types:
@@ -129,9 +140,14 @@ class Objective:
             raise UserInputError(f"--model {where} is a {config.model_type!r} checkpoint, which has no "
                                  f"{self.head.__name__} head for `pretrain {self.name}`")
 
+    def load_checkpoint(self, config, where: str):
+        """The model of ``--model`` (its ``config`` passed :meth:`check_checkpoint`), with its weights."""
+        return load_pretrained(self.head, where, "model")
+
     def configure_checkpoint(self, model, tokenizer, where: str):
         """Check (or set) what ``--model`` must agree on; its own settings are kept unless a flag says otherwise."""
         check_tokenizer_fits(tokenizer, model, self.args.tokenizer, where)
+        check_same_vocabulary(tokenizer, self.args.tokenizer, where)
         if hasattr(self.args, "max_seq_length"):
             check_sequence_length(model, self.args.max_seq_length)
 

@@ -5,9 +5,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from huggingface_hub.errors import StrictDataclassError
-from transformers import AutoModelForPreTraining
+from transformers import AutoConfig, AutoModelForPreTraining, ElectraForMaskedLM, ElectraForPreTraining
 
-from hf_plm_ext.checkpoints.loading import check_sequence_length
+from hf_plm_ext.checkpoints.loading import check_same_vocabulary, check_sequence_length, load_pretrained
 from hf_plm_ext.data.replaced_token_detection import SpecialTokensMaskCollator, rtd_metrics
 from hf_plm_ext.data.token_blocks import block_frame, token_blocks
 from hf_plm_ext.data.token_store.datasets import store_blocks
@@ -21,6 +21,23 @@ class ElectraArguments(MaskedInputArguments):
     size: str = field(default="small", metadata={"help": "discriminator size: tiny (2 x 128), small (12 x 256) or "
                                                           "base (12 x 768); the generator has 1/4 of its width "
                                                           "(base: 1/3)"})
+    generator: str | None = field(default=None, metadata={"help": "continue a stock ELECTRA pair (e.g. Google's "
+                                                                   "electra-*-generator): its generator, with "
+                                                                   "--discriminator"})
+    discriminator: str | None = field(default=None, metadata={"help": "the pair's discriminator (its tokenizer is "
+                                                                       "the default --tokenizer)"})
+
+    def __post_init__(self):
+        if (self.generator is None) != (self.discriminator is None):
+            raise UserInputError("--generator and --discriminator go together: the two halves of a stock ELECTRA "
+                                 "pair")
+        if self.discriminator is not None:
+            if self.model is not None:
+                raise UserInputError("--model continues an `pretrain electra` run; --generator/--discriminator a "
+                                     "stock pair: give one or the other")
+            if self.tokenizer is None:
+                self.tokenizer = self.discriminator
+        super().__post_init__()
 
 
 class ElectraRTD(Objective):
@@ -49,6 +66,46 @@ class ElectraRTD(Objective):
         for part in (config.discriminator_config, config.generator_config):
             part.max_position_embeddings = max(part.max_position_embeddings, self.args.max_seq_length)
         return config
+
+    def check_checkpoint(self, config, where):
+        if config.model_type == "electra":
+            raise UserInputError(f"--model {where} is one half of a stock ELECTRA pair ('electra'); continue the pair "
+                                 f"with --generator GENERATOR --discriminator DISCRIMINATOR")
+        super().check_checkpoint(config, where)
+
+    def start_from(self, tokenizer):
+        """The stock pair of ``--generator`` / ``--discriminator``, its embeddings shared (the discriminator's)."""
+        if self.args.discriminator is None:
+            return None
+        from hf_plm_ext.modeling.electra_rtd import ElectraForRTDPreTraining
+
+        halves = {}
+        for half, head in (("discriminator", ElectraForPreTraining), ("generator", ElectraForMaskedLM)):
+            where = getattr(self.args, half)
+            config = load_pretrained(AutoConfig, where, f"{half} config")
+            if config.model_type != "electra":
+                raise UserInputError(f"--{half} {where} is a {config.model_type!r} checkpoint; a stock ELECTRA pair "
+                                     f"is two 'electra' checkpoints (e.g. google/electra-small-generator and "
+                                     f"-discriminator)")
+            halves[half] = load_pretrained(head, where, half)
+        discriminator, generator = halves["discriminator"].config, halves["generator"].config
+        for name in ("vocab_size", "embedding_size"):
+            if getattr(discriminator, name) != getattr(generator, name):
+                raise UserInputError(f"--generator {self.args.generator} and --discriminator "
+                                     f"{self.args.discriminator} are not a pair: {name} {getattr(generator, name)} vs "
+                                     f"{getattr(discriminator, name)}; ELECTRA's halves share one embedding table")
+        if tokenizer.mask_token_id is None:
+            raise UserInputError(f"the tokenizer in {self.args.tokenizer} has no mask token; ELECTRA's generator "
+                                 f"needs one")
+        try:
+            model = ElectraForRTDPreTraining.from_discriminator_and_generator(
+                halves["discriminator"], halves["generator"], mask_token_id=tokenizer.mask_token_id,
+                mask_prob=self.args.mlm_probability, pad_token_id=discriminator.pad_token_id)
+        except (ValueError, StrictDataclassError) as err:
+            raise UserInputError(f"--generator / --discriminator: {last_line(err)}") from None
+        check_same_vocabulary(tokenizer, self.args.tokenizer, self.args.generator)
+        self.configure_checkpoint(model, tokenizer, self.args.discriminator)
+        return model
 
     def configure_checkpoint(self, model, tokenizer, where):
         super().configure_checkpoint(model, tokenizer, where)

@@ -8,7 +8,8 @@ from transformers import AutoModelForPreTraining
 
 from hf_plm_ext.data.correction_masking import DataCollatorForCorrectionMasking, jieba_spans
 from hf_plm_ext.data.similar_words import load_similar_words
-from hf_plm_ext.data.sop import build_sop_pairs
+from hf_plm_ext.convert.bert import check_carried, macbert_from_stock
+from hf_plm_ext.data.sop import PairFrame, build_sop_pairs
 from hf_plm_ext.data.token_blocks import hold_out
 from hf_plm_ext.data.token_store.datasets import sentence_pairs
 from hf_plm_ext.errors import UserInputError
@@ -51,6 +52,27 @@ class MacBertPretraining(Objective):
 
     def fresh_config(self, tokenizer):
         return encoder_config("macbert", tokenizer, self.args.max_seq_length)
+
+    def check_checkpoint(self, config, where):
+        """A 'macbert' run, or a stock BERT-shaped checkpoint the family carries (``bert``, the RoBERTa types)."""
+        if config.model_type == "macbert":
+            super().check_checkpoint(config, where)
+        else:
+            check_carried(config, where, f"pretrain {self.name}")
+
+    def load_checkpoint(self, config, where):
+        if config.model_type == "macbert":
+            return super().load_checkpoint(config, where)
+        from hf_plm_ext.modeling.macbert import MacBertForPreTraining
+
+        return macbert_from_stock(MacBertForPreTraining, where, config)
+
+    def configure_checkpoint(self, model, tokenizer, where):
+        super().configure_checkpoint(model, tokenizer, where)
+        if PairFrame(tokenizer).token_types and model.config.type_vocab_size < 2:
+            raise UserInputError(f"the tokenizer at {self.args.tokenizer} gives a pair's second segment token type "
+                                 f"1, but the model at {where} has one token type (type_vocab_size "
+                                 f"{model.config.type_vocab_size}); use the model's own tokenizer")
 
     def collator(self, tokenizer, seed):
         args = self.args

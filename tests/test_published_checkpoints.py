@@ -1,0 +1,219 @@
+"""Issue 68: the checkpoints users already have (stock ``bert``, ``roberta``, Google's ELECTRA pairs, TinyBERT's
+general students) are continued by the objectives and handed back as the same stock kind, exactly: pre-training at
+learning rate 0, exporting, and loading the export with transformers alone (hf_plm_ext not importable) gives the
+original checkpoint's logits."""
+
+import json
+from importlib.resources import files
+
+import pytest
+import torch
+from transformers import (AutoConfig, AutoTokenizer, BertConfig, BertForPreTraining, ElectraConfig,
+                          ElectraForMaskedLM, ElectraForPreTraining, RobertaConfig, RobertaForMaskedLM)
+from transformers.models.bert.modeling_bert import BertPooler
+
+from conftest import run_cli
+from stock_checkpoints import outputs_without_package, published_config, roberta_tokenizer, save_stock
+
+TEXT = files("hf_plm_ext") / "demo_data" / "alice.txt"
+TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37)
+AT_LR_0 = ["--learning_rate", 0, "--max_steps", 2, "--per_device_train_batch_size", 4, "--save_strategy", "no",
+           "--disable_tqdm", "true", "--seed", 0]
+
+
+def stock_roberta(config, tokenizer, folder):
+    """A RoBERTa masked LM saved as roberta-base is laid out: with its pooler's weights."""
+    model = RobertaForMaskedLM(config)
+    model.roberta.pooler = BertPooler(config)
+    return save_stock(model, tokenizer, folder)
+
+
+def padded_batch(tokenizer, token_types=True) -> dict:
+    batch = tokenizer(["Alice was beginning to get very tired.", "So she was considering in her own mind, as well "
+                       "as she could, whether the pleasure would be worth it."],
+                      ["The rabbit ran.", "Down the hole."], padding=True, return_tensors="pt")
+    return {k: v for k, v in batch.items() if token_types or k != "token_type_ids"}
+
+
+def original_outputs(model_class, folder, batch, names) -> dict:
+    model = model_class.from_pretrained(folder).eval()
+    with torch.no_grad():
+        output = model(**batch)
+    return {name: getattr(output, name) for name in names}
+
+
+def assert_same_outputs(exported: dict, originals: dict):
+    for name, original in originals.items():
+        assert exported[name].shape == original.shape
+        assert torch.allclose(exported[name], original, atol=1e-5, rtol=0), (
+            name, (exported[name] - original).abs().max().item())
+
+
+@pytest.fixture(scope="module")
+def stock_bert(tmp_path_factory, english_tokenizer_dir):
+    tokenizer = AutoTokenizer.from_pretrained(english_tokenizer_dir)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(tokenizer), max_position_embeddings=128, **TINY)
+    return save_stock(BertForPreTraining(config), tokenizer, tmp_path_factory.mktemp("stock") / "bert")
+
+
+@pytest.fixture(scope="module")
+def stock_roberta_dir(tmp_path_factory):
+    tokenizer = roberta_tokenizer(tmp_path_factory.mktemp("bpe"))
+    torch.manual_seed(0)
+    config = RobertaConfig(vocab_size=len(tokenizer), max_position_embeddings=130, type_vocab_size=1, pad_token_id=1,
+                           bos_token_id=0, eos_token_id=2, **TINY)
+    return stock_roberta(config, tokenizer, tmp_path_factory.mktemp("stock") / "roberta")
+
+
+@pytest.mark.parametrize("kind", ["bert", "roberta"])
+def test_macbert_continues_a_stock_checkpoint_and_exports_it_exactly(kind, stock_bert, stock_roberta_dir, tmp_path,
+                                                                    capsys, caplog):
+    stock = stock_bert if kind == "bert" else stock_roberta_dir
+    run, exported = tmp_path / "run", tmp_path / "exported"
+    code, stdout, stderr = run_cli(["pretrain", "macbert", "--model", stock, "--corpus", TEXT, "--output", run,
+                                    "--similar_words", f"embeddings:{stock}", "--max_seq_length", 64, *AT_LR_0],
+                                   capsys)
+    assert code == 0, stderr[-3000:]
+    config = AutoConfig.from_pretrained(run)
+    assert (config.model_type, config.stock_model_type) == ("macbert", kind)
+    fresh_sop = "new weights, initialised randomly: cls.seq_relationship"
+    assert (fresh_sop in caplog.text) == (kind == "roberta")  # BERT's NSP head is the SOP head's start
+    results = json.loads((run / "pretrain_results.json").read_text())
+    assert results["train_sub_losses"] or results["train_metrics"]["train_loss"] > 0
+
+    code, stdout, stderr = run_cli(["export", "bert", run, exported], capsys)
+    assert code == 0, stderr[-3000:]
+    assert f"as a stock '{kind}' checkpoint" in stdout
+    assert ("left out: the sentence-order head" in stdout) == (kind == "roberta")
+    saved = json.loads((exported / "config.json").read_text())
+    assert saved["model_type"] == kind and "auto_map" not in saved and "stock_model_type" not in saved
+    assert AutoTokenizer.from_pretrained(exported).get_vocab() == AutoTokenizer.from_pretrained(stock).get_vocab()
+
+    tokenizer = AutoTokenizer.from_pretrained(stock)
+    batch = padded_batch(tokenizer, token_types=kind == "bert")
+    stock_class, names = ((BertForPreTraining, ["prediction_logits", "seq_relationship_logits"]) if kind == "bert"
+                          else (RobertaForMaskedLM, ["logits"]))
+    outputs, printed = outputs_without_package(exported, stock_class.__name__, batch, names, tmp_path)
+    assert printed == f"{stock_class.__name__} {kind} None"
+    assert_same_outputs(outputs, original_outputs(stock_class, stock, batch, names))
+
+
+def test_mlm_trains_a_stock_roberta_as_itself_and_export_hands_it_back(stock_roberta_dir, tmp_path, capsys):
+    run, exported = tmp_path / "run", tmp_path / "exported"
+    code, _, stderr = run_cli(["pretrain", "mlm", "--model", stock_roberta_dir, "--corpus", TEXT, "--output", run,
+                               "--max_seq_length", 64, *AT_LR_0], capsys)
+    assert code == 0, stderr[-3000:]
+    assert AutoConfig.from_pretrained(run).model_type == "roberta"
+    code, stdout, stderr = run_cli(["export", "bert", run, exported], capsys)
+    assert code == 0 and "as a stock 'roberta' checkpoint" in stdout, stderr[-2000:]
+    batch = padded_batch(AutoTokenizer.from_pretrained(stock_roberta_dir), token_types=False)
+    outputs, _ = outputs_without_package(exported, "RobertaForMaskedLM", batch, ["logits"], tmp_path)
+    assert_same_outputs(outputs, original_outputs(RobertaForMaskedLM, stock_roberta_dir, batch, ["logits"]))
+
+
+def test_roberta_pairs_are_framed_as_roberta_frames_them(stock_roberta_dir):
+    from hf_plm_ext.data.sop import build_sop_pairs
+
+    tokenizer = AutoTokenizer.from_pretrained(stock_roberta_dir)
+    pairs = build_sop_pairs({"text": [TEXT.read_text()[:3000]]}, [0], tokenizer, max_length=64)
+    first = pairs["input_ids"][0]
+    assert first[0] == tokenizer.cls_token_id and first[-1] == tokenizer.sep_token_id and len(first) <= 64
+    separators = [i for i, t in enumerate(first) if t == tokenizer.sep_token_id]
+    assert len(separators) == 3 and separators[1] == separators[0] + 1  # <s> A </s></s> B </s>
+    assert all(set(types) == {0} for types in pairs["token_type_ids"])  # RoBERTa's one token type
+    assert all(w == -1 for k, w in enumerate(pairs["word_ids"][0]) if k in (0, *separators))
+
+
+def tiny_electra_pair(folder, tokenizer, generator_width=16, **discriminator_changes):
+    """A stock pair laid out as Google's: the generator narrower, both holding the same (shared) embeddings."""
+    torch.manual_seed(0)
+    common = dict(vocab_size=len(tokenizer), embedding_size=24, max_position_embeddings=128)
+    discriminator = ElectraForPreTraining(ElectraConfig(**{**common, **TINY, **discriminator_changes}))
+    generator = ElectraForMaskedLM(ElectraConfig(**{**common, **TINY, "hidden_size": generator_width,
+                                                    "intermediate_size": 4 * generator_width}))
+    generator.electra.embeddings.load_state_dict(discriminator.electra.embeddings.state_dict())
+    return (save_stock(generator, tokenizer, folder / "generator"),
+            save_stock(discriminator, tokenizer, folder / "discriminator"))
+
+
+def test_electra_continues_a_stock_pair_and_exports_it_as_google_lays_it_out(english_tokenizer_dir, tmp_path, capsys,
+                                                                             caplog):
+    tokenizer = AutoTokenizer.from_pretrained(english_tokenizer_dir)
+    generator, discriminator = tiny_electra_pair(tmp_path / "google", tokenizer)
+    run, exported = tmp_path / "run", tmp_path / "exported"
+    code, _, stderr = run_cli(["pretrain", "electra", "--generator", generator, "--discriminator", discriminator,
+                               "--corpus", TEXT, "--output", run, "--max_seq_length", 64, *AT_LR_0], capsys)
+    assert code == 0, stderr[-3000:]
+    assert "differ from the discriminator's" not in caplog.text
+    code, stdout, stderr = run_cli(["export", "electra", run, exported], capsys)
+    assert code == 0, stderr[-2000:]
+    assert sorted(p.name for p in exported.iterdir()) == ["discriminator", "generator"]
+    batch = padded_batch(tokenizer)
+    for half, stock_class, original in (("discriminator", ElectraForPreTraining, discriminator),
+                                        ("generator", ElectraForMaskedLM, generator)):
+        assert (exported / half / "tokenizer.json").is_file()
+        outputs, printed = outputs_without_package(exported / half, stock_class.__name__, batch, ["logits"],
+                                                   tmp_path)
+        assert printed == f"{stock_class.__name__} electra None"
+        assert_same_outputs(outputs, original_outputs(stock_class, original, batch, ["logits"]))
+
+
+def test_what_cannot_be_carried_is_refused_in_one_line(stock_bert, english_tokenizer_dir, minilm_dir, tmp_path,
+                                                       capsys):
+    from transformers import AlbertConfig, AlbertForPreTraining
+
+    tokenizer = AutoTokenizer.from_pretrained(english_tokenizer_dir)
+    albert = save_stock(AlbertForPreTraining(AlbertConfig(vocab_size=len(tokenizer), embedding_size=16, **TINY)),
+                        tokenizer, tmp_path / "albert")
+    out = tmp_path / "out"
+
+    def refused(*argv):
+        code, _, stderr = run_cli(list(argv), capsys)
+        assert code == 2 and not out.exists(), stderr[-2000:]
+        return stderr.strip().splitlines()[-1]
+
+    line = refused("pretrain", "macbert", "--model", albert, "--corpus", TEXT, "--output", out, "--masking", "mask")
+    assert "'albert' checkpoint (its layers share one set of weights" in line
+    assert "'bert', 'roberta', 'xlm-roberta', 'camembert'" in line
+    # a tokenizer other than the checkpoint's own (MiniLM's 30522 WordPiece tokens vs the 1500 saved with it)
+    line = refused("pretrain", "macbert", "--model", stock_bert, "--tokenizer", minilm_dir, "--corpus", TEXT,
+                   "--output", out, "--masking", "mask")
+    assert "has 30522 tokens but the model" in line
+    other = tmp_path / "other-tokenizer"
+    from hf_plm_ext.data.tokenizer_training import train_tokenizer
+    train_tokenizer([str(files("hf_plm_ext") / "demo_data" / "frankenstein.txt")], "wordpiece",
+                    vocab_size=1200).save_pretrained(str(other))
+    line = refused("pretrain", "macbert", "--model", stock_bert, "--tokenizer", other, "--corpus", TEXT,
+                   "--output", out, "--masking", "mask")
+    assert f"another vocabulary than the one saved with the model at {stock_bert}" in line
+    # a generator and a discriminator that are not a pair
+    for changes, field in (({"embedding_size": 32}, "embedding_size"),):
+        generator, discriminator = tiny_electra_pair(tmp_path / field, tokenizer)
+        config = json.loads((discriminator / "config.json").read_text())
+        bigger = ElectraForPreTraining(ElectraConfig(**{**config, **changes}))
+        bigger.save_pretrained(discriminator)
+        line = refused("pretrain", "electra", "--generator", generator, "--discriminator", discriminator,
+                       "--corpus", TEXT, "--output", out)
+        assert f"are not a pair: {field} 24 vs 32" in line
+    line = refused("pretrain", "electra", "--generator", generator, "--corpus", TEXT, "--output", out)
+    assert "--generator and --discriminator go together" in line
+    line = refused("pretrain", "electra", "--model", discriminator, "--corpus", TEXT, "--output", out)
+    assert "continue the pair with --generator GENERATOR --discriminator DISCRIMINATOR" in line
+    # export bert of a run of another family
+    line = refused("export", "bert", discriminator, out)
+    assert "is a 'electra' run; `export bert` writes 'macbert' runs" in line and "export electra" in line
+
+
+def test_a_generator_with_embeddings_of_its_own_is_said(english_tokenizer_dir, tmp_path, capsys, caplog):
+    tokenizer = AutoTokenizer.from_pretrained(english_tokenizer_dir)
+    generator, discriminator = tiny_electra_pair(tmp_path / "pair", tokenizer)
+    model = ElectraForMaskedLM.from_pretrained(generator)
+    with torch.no_grad():
+        model.electra.embeddings.word_embeddings.weight.add_(1.0)
+    model.save_pretrained(generator)
+    code, _, stderr = run_cli(["pretrain", "electra", "--generator", generator, "--discriminator", discriminator,
+                               "--corpus", TEXT, "--output", tmp_path / "run", "--max_seq_length", 64, *AT_LR_0],
+                              capsys)
+    assert code == 0, stderr[-2000:]
+    assert "the generator's own embeddings (word_embeddings.weight) differ from the discriminator's" in caplog.text
