@@ -217,3 +217,176 @@ def test_a_generator_with_embeddings_of_its_own_is_said(english_tokenizer_dir, t
                               capsys)
     assert code == 0, stderr[-2000:]
     assert "the generator's own embeddings (word_embeddings.weight) differ from the discriminator's" in caplog.text
+
+
+@pytest.fixture(scope="module")
+def tinybert_general_student(tmp_path_factory, minilm_dir):
+    """TinyBERT's general student 4L-312D as published (its config; random weights), with the bert-base-uncased
+    vocabulary it shares with MiniLM."""
+    from transformers import BertModel
+
+    torch.manual_seed(0)
+    student = BertModel(published_config("huawei-noah/TinyBERT_General_4L_312D"))
+    return save_stock(student, AutoTokenizer.from_pretrained(minilm_dir),
+                      tmp_path_factory.mktemp("tinybert") / "TinyBERT_General_4L_312D")
+
+
+def test_distill_general_continues_a_published_general_student(tinybert_general_student, minilm_dir, tmp_path,
+                                                               capsys):
+    out = tmp_path / "student"
+    code, stdout, stderr = run_cli(["distill", "general", "--teacher", minilm_dir, "--student",
+                                    tinybert_general_student, "--corpus", TEXT, "--max_seq_length", 32, "--output",
+                                    out, "--max_steps", 2, "--per_device_train_batch_size", 4, "--disable_tqdm",
+                                    "true", "--report_to", "none"], capsys)
+    assert code == 0, stderr[-3000:]
+    assert json.loads((out / "distill_results.json").read_text())["student_from"] == str(tinybert_general_student)
+    batch = padded_batch(AutoTokenizer.from_pretrained(minilm_dir))
+    outputs, printed = outputs_without_package(out, "BertModel", batch, ["last_hidden_state"], tmp_path)
+    assert printed == "BertModel bert None"  # handed back as the stock type it came as
+    assert outputs["last_hidden_state"].shape[-1] == 312
+    started = original_outputs(__import__("transformers").BertModel, tinybert_general_student, batch,
+                               ["last_hidden_state"])["last_hidden_state"]
+    assert not torch.allclose(outputs["last_hidden_state"], started)  # it trained
+
+
+def test_task_distillation_from_a_stock_bert_teacher_into_a_stock_4_layer_student(tinybert_general_student,
+                                                                                  minilm_dir, shared_data, tmp_path,
+                                                                                  capsys):
+    from transformers import BertForSequenceClassification
+
+    teacher = save_stock(BertForSequenceClassification.from_pretrained(minilm_dir, num_labels=2),
+                         AutoTokenizer.from_pretrained(minilm_dir), tmp_path / "teacher")
+    out = tmp_path / "student"
+    code, stdout, stderr = run_cli(["distill", "task", "--teacher", teacher, "--task", "glue/sst2", "--data-dir",
+                                    shared_data / "glue/SST-2", "--max_train_samples", 32, "--max_seq_length", 32,
+                                    "--student", tinybert_general_student, "--output", out, "--max_steps", 2,
+                                    "--per_device_train_batch_size", 8, "--disable_tqdm", "true", "--report_to",
+                                    "none"], capsys)
+    assert code == 0, stderr[-3000:]
+    assert "student (" in stdout and "teacher (" in stdout
+    saved = json.loads((out / "config.json").read_text())
+    assert (saved["model_type"], saved["num_hidden_layers"], saved["architectures"]) == \
+        ("bert", 4, ["BertForSequenceClassification"]) and "auto_map" not in saved
+    batch = padded_batch(AutoTokenizer.from_pretrained(minilm_dir))
+    outputs, printed = outputs_without_package(out, "BertForSequenceClassification", batch, ["logits"], tmp_path)
+    assert printed == "BertForSequenceClassification bert None" and outputs["logits"].shape == (2, 2)
+
+
+def test_k_adapter_on_a_stock_roberta_backbone(stock_roberta_dir, shared_data, tmp_path, capsys):
+    """The paper's backbone is RoBERTa: the adapters read its hidden states, it stays frozen, and its positions are
+    RoBERTa's own (the backbone runs as transformers' RobertaModel)."""
+    from transformers import AutoModelForSequenceClassification, RobertaModel
+
+    code, _, stderr = run_cli(["k-adapter", "new", "--backbone", stock_roberta_dir, "--adapters", "facts",
+                               "--output", tmp_path / "new"], capsys)
+    assert code == 0, stderr[-2000:]
+    code, _, stderr = run_cli(["finetune", "glue", "--task", "sst2", "--model", tmp_path / "new", "--output",
+                               tmp_path / "sst2", "--data-dir", shared_data / "glue/SST-2", "--max_steps", 2,
+                               "--max_train_samples", 16, "--max_seq_length", 32, "--per_device_train_batch_size", 8,
+                               "--disable_tqdm", "true", "--report_to", "none"], capsys)
+    assert code == 0, stderr[-2000:]
+    model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "sst2").eval()
+    backbone = model.k_adapter.backbone if hasattr(model, "k_adapter") else model.backbone
+    assert isinstance(backbone, RobertaModel)
+    stock = RobertaModel.from_pretrained(stock_roberta_dir).eval()
+    batch = padded_batch(AutoTokenizer.from_pretrained(stock_roberta_dir), token_types=False)
+    with torch.no_grad():  # frozen through the fine-tuning
+        assert torch.equal(backbone(**batch).last_hidden_state, stock(**batch).last_hidden_state)
+
+
+# --- the published shapes (item 5): each checkpoint's exact config.json fields, random weights -----------------
+
+SHORT_TEXT_LINES = 60
+MACBERT_STARTS = [
+    pytest.param("bert-base-chinese"),
+    pytest.param("hfl/chinese-macbert-base", marks=pytest.mark.slow),  # the same fields as bert-base-chinese
+    pytest.param("hfl/chinese-roberta-wwm-ext", marks=pytest.mark.slow),  # `bert`, whatever its name
+    pytest.param("roberta-base"),
+    pytest.param("hfl/chinese-macbert-large", marks=pytest.mark.slow),
+]
+
+
+@pytest.fixture(scope="module")
+def short_text(tmp_path_factory):
+    path = tmp_path_factory.mktemp("text") / "alice-start.txt"
+    path.write_text("\n".join(TEXT.read_text().splitlines()[:SHORT_TEXT_LINES]) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("name", MACBERT_STARTS)
+def test_a_published_shape_maps_in_trains_exports_and_reloads_without_the_package(name, english_tokenizer_dir,
+                                                                                 short_text, tmp_path, capsys):
+    config = published_config(name)
+    roberta = config.model_type == "roberta"
+    tokenizer = roberta_tokenizer(tmp_path / "bpe") if roberta else AutoTokenizer.from_pretrained(english_tokenizer_dir)
+    torch.manual_seed(0)
+    stock = (stock_roberta(config, tokenizer, tmp_path / "stock") if roberta
+             else save_stock(BertForPreTraining(config), tokenizer, tmp_path / "stock"))
+    run, exported = tmp_path / "run", tmp_path / "exported"
+    code, _, stderr = run_cli(["pretrain", "macbert", "--model", stock, "--corpus", short_text, "--output", run,
+                               "--masking", "mask", "--max_seq_length", 32, "--max_eval_samples", 4,
+                               "--per_device_eval_batch_size", 4, *AT_LR_0[:4], "--per_device_train_batch_size", 2,
+                               *AT_LR_0[6:]], capsys)
+    assert code == 0, stderr[-3000:]
+    assert AutoConfig.from_pretrained(run).stock_model_type == config.model_type
+    code, _, stderr = run_cli(["export", "bert", run, exported], capsys)
+    assert code == 0, stderr[-2000:]
+    stock_class, names = ((RobertaForMaskedLM, ["logits"]) if roberta
+                          else (BertForPreTraining, ["prediction_logits", "seq_relationship_logits"]))
+    batch = padded_batch(tokenizer, token_types=not roberta)
+    outputs, printed = outputs_without_package(exported, stock_class.__name__, batch, names, tmp_path)
+    assert printed == f"{stock_class.__name__} {config.model_type} None"
+    assert_same_outputs(outputs, original_outputs(stock_class, stock, batch, names))
+    saved = AutoConfig.from_pretrained(exported)
+    for field in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                  "max_position_embeddings", "type_vocab_size", "pad_token_id", "layer_norm_eps"):
+        assert getattr(saved, field) == getattr(config, field), field
+
+
+@pytest.mark.parametrize("size", ["small", pytest.param("base", marks=pytest.mark.slow),
+                                  pytest.param("large", marks=pytest.mark.slow)])
+def test_a_published_electra_pair_continues_and_exports_at_its_shape(size, english_tokenizer_dir, short_text,
+                                                                     tmp_path, capsys):
+    tokenizer = AutoTokenizer.from_pretrained(english_tokenizer_dir)
+    torch.manual_seed(0)
+    discriminator = ElectraForPreTraining(published_config(f"google/electra-{size}-discriminator"))
+    generator = ElectraForMaskedLM(published_config(f"google/electra-{size}-generator"))
+    generator.electra.embeddings.load_state_dict(discriminator.electra.embeddings.state_dict())  # as released
+    pair = {half: save_stock(model, tokenizer, tmp_path / "google" / half)
+            for half, model in (("generator", generator), ("discriminator", discriminator))}
+    run, exported = tmp_path / "run", tmp_path / "exported"
+    code, _, stderr = run_cli(["pretrain", "electra", "--generator", pair["generator"], "--discriminator",
+                               pair["discriminator"], "--corpus", short_text, "--output", run, "--max_seq_length", 32,
+                               "--max_eval_samples", 4, *AT_LR_0], capsys)
+    assert code == 0, stderr[-3000:]
+    code, _, stderr = run_cli(["export", "electra", run, exported], capsys)
+    assert code == 0, stderr[-2000:]
+    batch = padded_batch(tokenizer)
+    for half, stock_class in (("discriminator", ElectraForPreTraining), ("generator", ElectraForMaskedLM)):
+        outputs, printed = outputs_without_package(exported / half, stock_class.__name__, batch, ["logits"],
+                                                   tmp_path)
+        assert printed == f"{stock_class.__name__} electra None"
+        assert_same_outputs(outputs, original_outputs(stock_class, pair[half], batch, ["logits"]))
+
+
+@pytest.mark.parametrize("model_type", ["xlm-roberta", "camembert"])
+def test_the_other_roberta_types_map_in_and_back_weight_for_weight(model_type, tmp_path):
+    from transformers import AutoModelForMaskedLM
+
+    from hf_plm_ext.convert.bert import as_stock, macbert_from_stock
+    from hf_plm_ext.modeling.macbert import MacBertForPreTraining
+
+    torch.manual_seed(0)
+    config = AutoConfig.for_model(model_type, vocab_size=120, max_position_embeddings=40, type_vocab_size=1,
+                                  pad_token_id=1, **TINY)
+    stock = AutoModelForMaskedLM.from_config(config).eval()
+    stock.save_pretrained(tmp_path / "stock")
+    carried = macbert_from_stock(MacBertForPreTraining, tmp_path / "stock", config).eval()
+    assert carried.config.stock_model_type == model_type
+    ids = torch.tensor([[0, 5, 6, 7, 2, 1, 1], [0, 8, 9, 10, 11, 12, 2]])
+    with torch.no_grad():
+        original = stock(ids, attention_mask=(ids != 1).long()).logits
+        assert torch.equal(carried(ids, attention_mask=(ids != 1).long()).prediction_logits, original)
+        back, left_out = as_stock(carried)
+        assert type(back) is type(stock) and left_out
+        assert torch.equal(back.eval()(ids, attention_mask=(ids != 1).long()).logits, original)

@@ -166,7 +166,7 @@ def check_tokenizer_fits(tokenizer, model, tokenizer_source, model_source=None):
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "sentencepiece.bpe.model")
 
 
-def check_same_vocabulary(tokenizer, tokenizer_source, model_source):
+def check_same_tokenizer(tokenizer, tokenizer_source, model_source):
     """A checkpoint saved with its tokenizer must be trained with that vocabulary: another one of the same size or
     smaller would pass :func:`check_tokenizer_fits` and silently read every embedding row as another token."""
     model_dir, tokenizer_dir = Path(model_source), Path(tokenizer_source)

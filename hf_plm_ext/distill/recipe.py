@@ -14,7 +14,8 @@ from pathlib import Path
 from transformers import (AutoModel, AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding,
                           TrainingArguments, set_seed)
 
-from hf_plm_ext.checkpoints.loading import check_sequence_length, check_tokenizer_fits, load_pretrained
+from hf_plm_ext.checkpoints.loading import (check_same_tokenizer, check_sequence_length, check_tokenizer_fits,
+                                            load_pretrained)
 from hf_plm_ext.checkpoints.results import write_results
 from hf_plm_ext.checkpoints.resuming import (CHECKPOINTS_HELP, checkpoint_to_resume, checkpoints_folder,
                                              checkpoints_of_the_run, refuse_resume)
@@ -70,6 +71,9 @@ class DistillTaskArguments:
 class DistillGeneralArguments:
     teacher: str = field(metadata={"help": "the teacher encoder (not fine-tuned: TinyBERT's general distillation)"})
     output: str = field(metadata={"help": "new folder for the student encoder"})
+    student: str | None = field(default=None, metadata={"help": "a student checkpoint to continue (e.g. a "
+                                                                "published general student such as TinyBERT's "
+                                                                "4L-312D), saved as the type it is"})
     corpus: list[str] | None = field(default=None, metadata={"help": "text files, one document or line of text per "
                                                                      "line (or --data)", "nargs": "+"})
     data: str | None = field(default=None, metadata={"help": "a token store (from `hf-plm-ext corpus prepare`, with "
@@ -176,6 +180,7 @@ def distill_task(args: DistillTaskArguments, distill_args: DistillationArguments
     if args.student and not (args.student_config or args.student_layers):
         student = load_pretrained(AutoModelForSequenceClassification, args.student, "student",
                                   **label_fields(teacher.config))
+        check_same_tokenizer(tokenizer, args.teacher, args.student)
         check_sequence_length(student, args.max_seq_length)
     check_teacher_for_task(teacher, *labels, args.teacher, label_names=task.labels)
     student = student or build_student(args, teacher, AutoModelForSequenceClassification)
@@ -290,6 +295,11 @@ def distill_general(args: DistillGeneralArguments, distill_args: DistillationArg
     tokenizer = load_pretrained(AutoTokenizer, args.teacher, "teacher tokenizer")
     teacher = load_pretrained(AutoModel, args.teacher, "teacher")
     student = build_student(args, teacher, AutoModel)
+    if student is None:  # --student
+        student = load_pretrained(AutoModel, args.student, "student")
+        check_same_tokenizer(tokenizer, args.teacher, args.student)
+        check_sequence_length(student, args.max_seq_length)
+    check_same_vocabulary(student.config, teacher.config)
     if args.data:  # the teacher's folder is the tokenizer the store must have been made with
         blocks = store_blocks(args.data, tokenizer, args.teacher, args.max_seq_length, args.validation_fraction,
                               None, *block_frame(tokenizer))

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from transformers import AutoConfig
 
-from hf_plm_ext.checkpoints.loading import (check_same_vocabulary, check_sequence_length, check_tokenizer_fits,
+from hf_plm_ext.checkpoints.loading import (check_same_tokenizer, check_sequence_length, check_tokenizer_fits,
                                             load_pretrained)
 from hf_plm_ext.checkpoints.resuming import CHECKPOINTS_HELP
 from hf_plm_ext.errors import UserInputError
@@ -147,7 +147,7 @@ class Objective:
     def configure_checkpoint(self, model, tokenizer, where: str):
         """Check (or set) what ``--model`` must agree on; its own settings are kept unless a flag says otherwise."""
         check_tokenizer_fits(tokenizer, model, self.args.tokenizer, where)
-        check_same_vocabulary(tokenizer, self.args.tokenizer, where)
+        check_same_tokenizer(tokenizer, self.args.tokenizer, where)
         if hasattr(self.args, "max_seq_length"):
             check_sequence_length(model, self.args.max_seq_length)
 

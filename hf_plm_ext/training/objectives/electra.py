@@ -7,7 +7,7 @@ from pathlib import Path
 from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoConfig, AutoModelForPreTraining, ElectraForMaskedLM, ElectraForPreTraining
 
-from hf_plm_ext.checkpoints.loading import check_same_vocabulary, check_sequence_length, load_pretrained
+from hf_plm_ext.checkpoints.loading import check_same_tokenizer, check_sequence_length, load_pretrained
 from hf_plm_ext.data.replaced_token_detection import SpecialTokensMaskCollator, rtd_metrics
 from hf_plm_ext.data.token_blocks import block_frame, token_blocks
 from hf_plm_ext.data.token_store.datasets import store_blocks
@@ -103,7 +103,7 @@ class ElectraRTD(Objective):
                 mask_prob=self.args.mlm_probability, pad_token_id=discriminator.pad_token_id)
         except (ValueError, StrictDataclassError) as err:
             raise UserInputError(f"--generator / --discriminator: {last_line(err)}") from None
-        check_same_vocabulary(tokenizer, self.args.tokenizer, self.args.generator)
+        check_same_tokenizer(tokenizer, self.args.tokenizer, self.args.generator)
         self.configure_checkpoint(model, tokenizer, self.args.discriminator)
         return model
 
