@@ -52,7 +52,7 @@ IMPORT_STRUCTURE = {
     "hf_plm_ext.csc": ["ConfusionSet", "SpellingCorrector", "SpellingErrorGenerator", "build_spelling_pairs",
                        "csc_scores", "evaluate_csc", "finetune_csc", "read_spelling_pairs"],
     # conversion, publishing
-    "hf_plm_ext.convert": ["convert_adapterhub", "convert_reformer", "export_as_bert", "export_electra"],
+    "hf_plm_ext.convert": ["convert_adapterhub", "convert_reformer", "export_as_bert", "export_bert", "export_electra"],
     "hf_plm_ext.hub.cards": ["render_card"],
     "hf_plm_ext.hub.push": ["push_checkpoint"],
 }
@@ -75,7 +75,7 @@ def __dir__():
 
 if TYPE_CHECKING:
     from hf_plm_ext.adapters import BottleneckConfig, BottleneckLayer, BottleneckModel
-    from hf_plm_ext.convert import convert_adapterhub, convert_reformer, export_as_bert, export_electra
+    from hf_plm_ext.convert import convert_adapterhub, convert_reformer, export_as_bert, export_bert, export_electra
     from hf_plm_ext.csc import (
         ConfusionSet,
         SpellingCorrector,

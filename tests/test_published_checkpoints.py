@@ -188,14 +188,13 @@ def test_what_cannot_be_carried_is_refused_in_one_line(stock_bert, english_token
                    "--output", out, "--masking", "mask")
     assert f"another vocabulary than the one saved with the model at {stock_bert}" in line
     # a generator and a discriminator that are not a pair
-    for changes, field in (({"embedding_size": 32}, "embedding_size"),):
+    for field, theirs in (("embedding_size", 32), ("vocab_size", 1600)):
         generator, discriminator = tiny_electra_pair(tmp_path / field, tokenizer)
-        config = json.loads((discriminator / "config.json").read_text())
-        bigger = ElectraForPreTraining(ElectraConfig(**{**config, **changes}))
-        bigger.save_pretrained(discriminator)
+        ours = json.loads((discriminator / "config.json").read_text())
+        ElectraForPreTraining(ElectraConfig(**{**ours, field: theirs})).save_pretrained(discriminator)
         line = refused("pretrain", "electra", "--generator", generator, "--discriminator", discriminator,
                        "--corpus", TEXT, "--output", out)
-        assert f"are not a pair: {field} 24 vs 32" in line
+        assert f"are not a pair: {field} {ours[field]} vs {theirs}" in line
     line = refused("pretrain", "electra", "--generator", generator, "--corpus", TEXT, "--output", out)
     assert "--generator and --discriminator go together" in line
     line = refused("pretrain", "electra", "--model", discriminator, "--corpus", TEXT, "--output", out)
@@ -219,20 +218,29 @@ def test_a_generator_with_embeddings_of_its_own_is_said(english_tokenizer_dir, t
     assert "the generator's own embeddings (word_embeddings.weight) differ from the discriminator's" in caplog.text
 
 
-@pytest.fixture(scope="module")
-def tinybert_general_student(tmp_path_factory, minilm_dir):
-    """TinyBERT's general student 4L-312D as published (its config; random weights), with the bert-base-uncased
-    vocabulary it shares with MiniLM."""
+def general_student(name, folder, minilm_dir):
+    """A TinyBERT general student as published (its config; random weights), with the bert-base-uncased vocabulary
+    it shares with MiniLM."""
     from transformers import BertModel
 
     torch.manual_seed(0)
-    student = BertModel(published_config("huawei-noah/TinyBERT_General_4L_312D"))
-    return save_stock(student, AutoTokenizer.from_pretrained(minilm_dir),
-                      tmp_path_factory.mktemp("tinybert") / "TinyBERT_General_4L_312D")
+    return save_stock(BertModel(published_config(name)), AutoTokenizer.from_pretrained(minilm_dir), folder)
+
+
+@pytest.fixture(scope="module")
+def tinybert_general_student(tmp_path_factory, minilm_dir):
+    return general_student("huawei-noah/TinyBERT_General_4L_312D",
+                           tmp_path_factory.mktemp("tinybert") / "TinyBERT_General_4L_312D", minilm_dir)
+
+
+@pytest.mark.slow
+def test_distill_general_continues_the_6_layer_general_student(minilm_dir, tmp_path, capsys):
+    student = general_student("huawei-noah/TinyBERT_General_6L_768D", tmp_path / "6L", minilm_dir)
+    test_distill_general_continues_a_published_general_student(student, minilm_dir, tmp_path, capsys, width=768)
 
 
 def test_distill_general_continues_a_published_general_student(tinybert_general_student, minilm_dir, tmp_path,
-                                                               capsys):
+                                                               capsys, width=312):
     out = tmp_path / "student"
     code, stdout, stderr = run_cli(["distill", "general", "--teacher", minilm_dir, "--student",
                                     tinybert_general_student, "--corpus", TEXT, "--max_seq_length", 32, "--output",
@@ -243,7 +251,7 @@ def test_distill_general_continues_a_published_general_student(tinybert_general_
     batch = padded_batch(AutoTokenizer.from_pretrained(minilm_dir))
     outputs, printed = outputs_without_package(out, "BertModel", batch, ["last_hidden_state"], tmp_path)
     assert printed == "BertModel bert None"  # handed back as the stock type it came as
-    assert outputs["last_hidden_state"].shape[-1] == 312
+    assert outputs["last_hidden_state"].shape[-1] == width
     started = original_outputs(__import__("transformers").BertModel, tinybert_general_student, batch,
                                ["last_hidden_state"])["last_hidden_state"]
     assert not torch.allclose(outputs["last_hidden_state"], started)  # it trained

@@ -6,8 +6,8 @@ this package's PEFT ones.
 """
 
 from hf_plm_ext.convert.adapterhub import convert_adapterhub
-from hf_plm_ext.convert.bert import export_as_bert
+from hf_plm_ext.convert.bert import export_as_bert, export_bert
 from hf_plm_ext.convert.electra import export_electra
 from hf_plm_ext.convert.reformer import convert_reformer
 
-__all__ = ["export_as_bert", "export_electra", "convert_reformer", "convert_adapterhub"]
+__all__ = ["export_as_bert", "export_bert", "export_electra", "convert_reformer", "convert_adapterhub"]
