@@ -398,3 +398,15 @@ def test_the_other_roberta_types_map_in_and_back_weight_for_weight(model_type, t
         back, left_out = as_stock(carried)
         assert type(back) is type(stock) and left_out
         assert torch.equal(back.eval()(ids, attention_mask=(ids != 1).long()).logits, original)
+
+
+def test_random_words_of_a_bpe_or_wordpiece_vocabulary_are_word_starts(stock_roberta_dir, english_tokenizer_dir):
+    from hf_plm_ext.data.correction_masking import DataCollatorForCorrectionMasking
+
+    for folder, is_word_start in ((stock_roberta_dir, lambda token: token.startswith("Ġ")),
+                                  (english_tokenizer_dir, lambda token: not token.startswith("##"))):
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        collator = DataCollatorForCorrectionMasking(tokenizer, None, mode="mask")
+        pool = tokenizer.convert_ids_to_tokens(collator._random_pool.tolist())
+        assert pool and all(map(is_word_start, pool)), folder
+        assert not set(collator._random_pool.tolist()) & set(tokenizer.all_special_ids)

@@ -77,6 +77,19 @@ def add_word_ids(batch, tokenizer, segmenter: Callable | None = None, text_colum
     return {**encoded, "word_ids": word_ids}
 
 
+WORD_START_MARKERS = ("Ġ", "▁")  # byte-level BPE's (GPT-2, RoBERTa), SentencePiece's (XLM-R, CamemBERT)
+
+
+def word_start_tokens(tokens: list[str]) -> list[int]:
+    """The ids of the tokens that start a word, which random words are drawn from: for a vocabulary that marks word
+    starts (byte-level BPE's ``Ġ``, SentencePiece's ``▁``: a quarter of its tokens or more), the marked ones; for
+    WordPiece, all but the ``##`` continuations."""
+    for marker in WORD_START_MARKERS:
+        if sum(token.startswith(marker) for token in tokens) * 4 >= len(tokens):
+            return [i for i, token in enumerate(tokens) if token.startswith(marker)]
+    return [i for i, token in enumerate(tokens) if not token.startswith("##")]
+
+
 @dataclass
 class DataCollatorForCorrectionMasking:
     """Whole-word N-gram masking with MacBERT's correction replacement.
@@ -128,10 +141,9 @@ class DataCollatorForCorrectionMasking:
             raise ValueError("mode='mask' needs a tokenizer with a mask token")
         self._rng, self._rng_worker = np.random.default_rng(self.seed), None
         self._ngram_cdf = np.cumsum(self.ngram_probs)
-        # Random words are drawn from whole-word tokens: no specials, no WordPiece "##" continuations.
         special = set(self.tokenizer.all_special_ids)
         tokens = self.tokenizer.convert_ids_to_tokens(list(range(len(self.tokenizer))))
-        self._random_pool = np.array([i for i, t in enumerate(tokens) if i not in special and not t.startswith("##")])
+        self._random_pool = np.array([i for i in word_start_tokens(tokens) if i not in special])
 
     def __call__(self, features):
         self._reseed_in_worker()
