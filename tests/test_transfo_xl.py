@@ -590,3 +590,25 @@ def test_text_generation_pipeline_on_a_words_model_spaces_the_continuation_from_
     with caplog.at_level(logging.WARNING):
         assert len(tokenizer(alice.read_text(encoding="utf-8"))["input_ids"]) > 10_000
     assert "longer than the specified maximum sequence length" not in caplog.text  # a memory model has no limit
+
+
+def test_a_cached_calls_memory_is_a_view_that_later_steps_and_crops_leave_as_it_was():
+    """Issue 70: a decode step returns its mems as views of the cache, not copies of mem_len rows; a row once written
+    is never written again in place, so the views keep their values through later steps, a crop and the appends
+    after it."""
+    from hf_plm_ext.modeling.transfo_xl import TransfoXLCache
+
+    model = tiny_model()
+    cache = TransfoXLCache(model.config.n_layer)
+    ids = torch.randint(0, 50, (2, 12))
+    with torch.no_grad():
+        model(ids[:, :8], past_key_values=cache, use_cache=True)
+        step = model.transformer(ids[:, 8:9], past_key_values=cache, use_cache=True)
+        rows = cache.layers[0].buffers["rows"]
+        assert step.mems[0].untyped_storage().data_ptr() == rows.untyped_storage().data_ptr()  # no copy
+        kept = [memory.clone() for memory in step.mems]
+        model(ids[:, 9:11], past_key_values=cache, use_cache=True)
+        cache.crop(-3)  # back to 8 tokens seen, then other tokens where the cropped ones were
+        model(torch.randint(0, 50, (2, 3)), past_key_values=cache, use_cache=True)
+    for memory, before in zip(step.mems, kept):
+        assert torch.equal(memory, before)

@@ -5,6 +5,8 @@ A layer's memory is its inputs (``mems``, what the paper caches) and their keys 
 that decoding does not project them again), in buffers that grow by doubling. A decoded token attends to the last
 ``mem_len`` of them (and itself), so its cost is flat in the length of the text; the older rows stay so that ``crop``
 can take back any number of tokens (assisted decoding's rejected drafts), as a key/value cache keeps every token.
+A row, once written, is never written again in place (an append after a crop starts new buffers), so the ``mems`` a
+cached call returns are views of the memory, not copies.
 """
 
 import torch
@@ -21,7 +23,7 @@ class TransfoXLMemoryLayer(CacheLayerMixin):
 
     def __init__(self, memory=None, key_value=None):
         super().__init__()
-        self.buffers, self.held, self.seen = {}, 0, 0
+        self.buffers, self.held, self.seen, self.written = {}, 0, 0, 0
         if memory is not None:
             self.append(memory, key_value, tokens=0)
 
@@ -64,17 +66,19 @@ class TransfoXLMemoryLayer(CacheLayerMixin):
             self.buffers["mask"] = torch.ones(rows.shape[0], self.buffers["rows"].shape[1], 1, dtype=torch.bool,
                                               device=rows.device)
         mask = None if key_mask is None else key_mask.to(torch.bool).unsqueeze(-1)
+        rewriting = self.held < self.written  # after a crop: rows a returned view may still read
         for name, new in (("rows", rows), ("key_values", key_values), ("mask", mask)):
             if new is None:
                 continue
             buffer = self.buffers.get(name)
-            if buffer is None or buffer.shape[1] < end:
+            if buffer is None or buffer.shape[1] < end or rewriting:
                 grown = new.new_empty(new.shape[0], max(end, 2 * self.held, 16), new.shape[2])
                 if buffer is not None:
                     grown[:, :self.held] = buffer[:, :self.held]
                 self.buffers[name] = buffer = grown
             buffer[:, self.held:end] = new
         self.held, self.seen = end, self.seen + (rows.shape[1] if tokens is None else tokens)
+        self.written = end
         self.keys = self.values = self.rows
         self.is_initialized = True
 

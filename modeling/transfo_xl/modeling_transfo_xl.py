@@ -820,8 +820,8 @@ class TransfoXLModel(TransfoXLPreTrainedModel):
         mem_len = settings["mem_len"]
         last = [layer.last(mem_len) for layer in cache.layers] if mem_len else None
         return TransfoXLModelOutput(
-            last_hidden_state=output, cache=cache, mems=None if last is None else [rows.clone() for rows, _ in last],
-            mem_key_values=None if last is None or not keep_keys else [kv.clone() for _, kv in last],
+            last_hidden_state=output, cache=cache, mems=None if last is None else [rows for rows, _ in last],
+            mem_key_values=None if last is None or not keep_keys else [kv for _, kv in last],
             hidden_states=chosen_hidden_states((*layer_inputs, output), chosen) if chosen not in (None, False)
             else None,
             attentions=tuple(over_keys(probs, seen + qlen) for probs in attentions) if settings["output_attentions"]
