@@ -410,3 +410,29 @@ def test_random_words_of_a_bpe_or_wordpiece_vocabulary_are_word_starts(stock_rob
         pool = tokenizer.convert_ids_to_tokens(collator._random_pool.tolist())
         assert pool and all(map(is_word_start, pool)), folder
         assert not set(collator._random_pool.tolist()) & set(tokenizer.all_special_ids)
+
+
+def test_a_stock_roberta_continues_from_a_token_store_with_its_own_pairs(stock_roberta_dir, tmp_path, capsys):
+    """The corpus-scale path with a published checkpoint: `corpus prepare` with the checkpoint's own tokenizer
+    (byte-level BPE), then `pretrain macbert --data`: the store's pairs are framed as RoBERTa frames them."""
+    from types import SimpleNamespace
+
+    from hf_plm_ext.data.token_store.datasets import sentence_pairs
+    from hf_plm_ext.data.token_store.prepare import prepare_corpus
+
+    store = tmp_path / "store"
+    prepare_corpus(SimpleNamespace(corpus=[str(TEXT)], tokenizer=str(stock_roberta_dir), output=str(store), workers=1,
+                                   executor="local", documents="lines", text_field="text", sentences=True,
+                                   words=True, segmenter=None, piece_megabytes=None, slurm_partition=None,
+                                   slurm_time=None), progress=lambda line: None)
+    tokenizer = AutoTokenizer.from_pretrained(stock_roberta_dir)
+    pairs = sentence_pairs(store, tokenizer, str(stock_roberta_dir), 64, 0.1, 0, 0.05)["train"]
+    example = pairs[0]
+    separators = [i for i, t in enumerate(example["input_ids"]) if t == tokenizer.sep_token_id]
+    assert example["input_ids"][0] == tokenizer.cls_token_id and len(example["input_ids"]) <= 64
+    assert len(separators) == 3 and separators[1] == separators[0] + 1 and set(example["token_type_ids"]) == {0}
+    code, _, stderr = run_cli(["pretrain", "macbert", "--model", stock_roberta_dir, "--data", store, "--output",
+                               tmp_path / "run", "--masking", "mask", "--max_seq_length", 64, "--max_eval_samples", 8,
+                               *AT_LR_0], capsys)
+    assert code == 0, stderr[-3000:]
+    assert AutoConfig.from_pretrained(tmp_path / "run").stock_model_type == "roberta"
