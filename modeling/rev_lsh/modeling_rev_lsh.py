@@ -408,8 +408,8 @@ class RevLSHModel(RevLSHPreTrainedModel):
 
     def _decode(self, input_ids, inputs_embeds, attention_mask, position_ids, cache, output_hidden_states,
                 output_attentions=False):
-        """The new tokens after the cached ones, one at a time (each attends as the last position of the whole
-        sequence would; see :class:`RevLSHCache`). ``output_attentions``: each layer's ``[batch, heads, new, seen +
+        """The new tokens after the cached ones, each attending as the last position of the whole sequence would
+        (see :class:`RevLSHCache`), one at a time in each layer's attention and all together in its feed-forward. ``output_attentions``: each layer's ``[batch, heads, new, seen +
         new]``, every new token's row over every position so far (zero where it does not look)."""
         reference = input_ids if input_ids is not None else inputs_embeds
         seen, new = cache.get_seq_length(), reference.shape[1]
@@ -430,31 +430,34 @@ class RevLSHModel(RevLSHPreTrainedModel):
         self.embeddings.check_positions(position_ids)
         hidden = self.embeddings(input_ids, position_ids, inputs_embeds)
         multiple, shortest = chunk_multiple(self.config)
-        outputs, all_hidden, all_attentions = [], [], []
-        for step in range(new):
-            seq = seen + step + 1
-            padded = seq if seq <= shortest else padded_to_multiple(seq, multiple)
-            mask = None if attention_mask is None else attention_mask[:, :seq]
-            x1 = x2 = hidden[:, step:step + 1]
-            layer_outputs, layer_attentions = [torch.cat([x1, x2], dim=-1)], []
-            for layer, layer_cache in zip(self.layers, cache.layers):
-                x1, x2, probs = layer(x1, x2, mask, output_attentions=output_attentions, cache=layer_cache,
-                                      padded_length=padded)
+        lengths = [seen + step + 1 for step in range(new)]
+        padded = [seq if seq <= shortest else padded_to_multiple(seq, multiple) for seq in lengths]
+        masks = [None if attention_mask is None else attention_mask[:, :seq] for seq in lengths]
+        # layer by layer: a token's attention reads the layer's cache of the tokens before it (in order, each new
+        # token's keys appended as it is attended), its feed-forward nothing but its own row, so the new tokens go
+        # through each feed-forward together, one matrix product for a draft instead of one per token
+        x1 = x2 = hidden
+        all_hidden, all_attentions = [torch.cat([x1, x2], dim=-1)], []
+        for layer, layer_cache in zip(self.layers, cache.layers):
+            attended, layer_attentions = [], []
+            for step in range(new):
+                out, _, probs = layer.attention(x2[:, step:step + 1], masks[step], output_attentions=output_attentions,
+                                                cache=layer_cache, padded_length=padded[step])
+                attended.append(out)
                 layer_attentions.append(probs)
-                layer_outputs.append(torch.cat([x1, x2], dim=-1))
-            outputs.append(layer_outputs[-1])
-            all_hidden.append(layer_outputs)
+            x1 = x1 + torch.cat(attended, dim=1)
+            x2 = x2 + layer.feed_forward(x1)
+            all_hidden.append(torch.cat([x1, x2], dim=-1))
             all_attentions.append(layer_attentions)
         remember_mask(cache, attention_mask)
-        last = self._join_halves(torch.cat(outputs, dim=1))
+        last = self._join_halves(all_hidden[-1])
         hidden_states = None
         if output_hidden_states is not None and output_hidden_states is not False:
-            hidden_states = chosen_hidden_states(tuple(torch.cat(per_layer, dim=1) for per_layer in zip(*all_hidden)),
-                                                 output_hidden_states)
+            hidden_states = chosen_hidden_states(tuple(all_hidden), output_hidden_states)
         attentions = None
         if output_attentions:  # each token's row over every position so far, the later keys zero for the earlier
             attentions = tuple(torch.cat([pad_keys(probs, seen + new) for probs in per_layer], dim=2)
-                               for per_layer in zip(*all_attentions))
+                               for per_layer in all_attentions)
         return RevLSHModelOutput(last_hidden_state=last, cache=cache, hidden_states=hidden_states,
                                  attentions=attentions)
 
