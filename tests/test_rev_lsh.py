@@ -789,3 +789,32 @@ def test_a_cache_s_attentions_are_the_probabilities_each_output_is_made_of(kind)
                                   padded_length=16 if kind != "full" else None)
             assert probs.shape == (2, 2, 1, position + 1)
             torch.testing.assert_close(out, merge_heads(probs @ values[:, :, :position + 1]), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("attn_layers,num_hashes", [(["lsh"], 1), (["lsh"], 2), (["local"], 1), (["lsh", "local"], 2)])
+def test_a_draft_in_one_call_equals_decoding_it_one_token_at_a_time(attn_layers, num_hashes):
+    """Issue 70, item 3: a multi-token cached call (assisted decoding's verification of a draft) runs its tokens
+    through each layer together; each token still attends as it would alone, its LSH bucket placed as decoding places
+    it: the logits and the cache it leaves equal one-token-at-a-time decoding's."""
+    torch.manual_seed(0)
+    model = RevLSHForCausalLM(tiny_rev_lsh(attn_layers=attn_layers, num_buckets=4, num_hashes=num_hashes)).eval()
+    ids = torch.randint(5, 99, (2, 40))
+    mask = torch.ones(2, 40, dtype=torch.long)
+    mask[1, :3] = 0
+    with torch.no_grad():
+        together_cache = model(ids[:, :21], attention_mask=mask[:, :21], use_cache=True).cache
+        together = model(ids[:, 21:], attention_mask=mask, cache=together_cache).logits
+        alone_cache = model(ids[:, :21], attention_mask=mask[:, :21], use_cache=True).cache
+        alone = torch.cat([model(ids[:, p:p + 1], attention_mask=mask[:, :p + 1], cache=alone_cache).logits
+                           for p in range(21, 40)], dim=1)
+    torch.testing.assert_close(together, alone, atol=1e-5, rtol=1e-4)
+    assert torch.equal(together.argmax(-1), alone.argmax(-1))
+    for mine, theirs in zip(together_cache.layers, alone_cache.layers):
+        assert mine.get_seq_length() == theirs.get_seq_length() == 40
+        for name in mine.buffers:
+            if name == "buckets":
+                assert torch.equal(mine[name], theirs[name])
+            else:
+                torch.testing.assert_close(mine[name], theirs[name], atol=1e-5, rtol=1e-4)
+        if mine.counts is not None:
+            assert torch.equal(mine.counts, theirs.counts)

@@ -102,11 +102,6 @@ def is_filled(cache) -> bool:
     return cache is not None and cache.get_seq_length() > 0
 
 
-def next_position(cache):
-    """The position of the token that follows the cached ones, as a ``[1]`` tensor."""
-    return torch.tensor([cache.get_seq_length()], device=cache.keys.device)
-
-
 def rotate_by_position(x, positions, base):
     """Rotary position embedding (Su et al., 2021; GPT-NeoX's half-split layout): ``x`` ``[batch, heads, seq, d]``
     rotated by ``positions`` ``[seq]`` (long), so that a rotated query and key score by their content and their
@@ -674,14 +669,29 @@ class LSHSelfAttention(nn.Module):
         seq]``, the rounds weighted). The bucket count stays the one of the first call (a whole-sequence call may
         choose another for the longer length). The sorted order is not rebuilt: the cache counts the tokens of each bucket, which
         places the new token and its chunk's neighbours (cost flat in the sequence length)."""
+        return self.decode_projected(self.project_new_tokens(hidden_states, cache), attention_mask, cache,
+                                     padded_length, output_attentions)
+
+    def project_new_tokens(self, hidden_states, cache):
+        """``(query_keys, values, buckets)`` of new tokens ``[batch, new, hidden]`` after the cached ones, each
+        ``[batch, heads, new, ...]`` (head_size twice; the raw buckets under the cached rotations, per round), for
+        :meth:`decode_projected` token by token. A token's projection needs only its position of the cache, so a
+        draft's tokens are projected together."""
+        positions = torch.arange(hidden_states.shape[1], device=hidden_states.device) + cache.get_seq_length()
+        query_keys = rotate_by_position(split_heads(self.query_key(hidden_states), self.num_heads), positions,
+                                        self.rotary_base)
+        buckets, _ = self.raw_buckets(query_keys, cache.rotations, cache.factors)
+        return query_keys, split_heads(self.value(hidden_states), self.num_heads), buckets.transpose(2, 3)
+
+    def decode_projected(self, projected, attention_mask, cache, padded_length=None, output_attentions=False):
+        """:meth:`decode` of one token from its projection (:meth:`project_new_tokens`' tensors, ``[batch, heads, 1,
+        ...]``), ``attention_mask`` covering the cached tokens and this one."""
+        query_key, value, new_buckets = projected
+        new_buckets, total = new_buckets.transpose(2, 3), math.prod(cache.factors)  # [b, h, rounds, 1]
         position = cache.get_seq_length()
-        query_key = rotate_by_position(split_heads(self.query_key(hidden_states), self.num_heads),
-                                       next_position(cache), self.rotary_base)
-        new_buckets, total = self.raw_buckets(query_key, cache.rotations, cache.factors)  # [b, h, rounds, 1]
         if attention_mask is not None:
             new_buckets = new_buckets.masked_fill(~attention_mask.bool()[:, None, None, -1:], total)
-        keys, values = cache.append(keys=normalized_keys(query_key),
-                                    values=split_heads(self.value(hidden_states), self.num_heads),
+        keys, values = cache.append(keys=normalized_keys(query_key), values=value,
                                     buckets=new_buckets.transpose(2, 3))[:2]
         cache.join_buckets(new_buckets[..., 0], position)
         batch, heads, seq, d = keys.shape
@@ -949,7 +959,19 @@ class LocalSelfAttention(nn.Module):
         """One new token ``[batch, 1, hidden]`` after the cached ones: ``([batch, 1, heads * head_size],
         probabilities [batch, heads, 1, seq] with output_attentions, else None)``, exactly the last position of a
         call over the whole (causal) sequence."""
-        query, key, value = self._project(hidden_states, next_position(cache))
+        return self.decode_projected(self.project_new_tokens(hidden_states, cache), attention_mask, cache,
+                                     padded_length, output_attentions)
+
+    def project_new_tokens(self, hidden_states, cache):
+        """``(queries, keys, values)`` of new tokens ``[batch, new, hidden]`` after the cached ones, each ``[batch,
+        heads, new, head_size]``, for :meth:`decode_projected` token by token (a projection needs only the token's
+        position)."""
+        return self._project(hidden_states, torch.arange(hidden_states.shape[1], device=hidden_states.device)
+                             + cache.get_seq_length())
+
+    def decode_projected(self, projected, attention_mask, cache, padded_length=None, output_attentions=False):
+        """:meth:`decode` of one token from its projection (``[batch, heads, 1, head_size]`` each)."""
+        query, key, value = projected
         keys, values = cache.append(keys=key, values=value)
         seq = keys.shape[2]
         padded = padded_length or chunk_padded_length(seq, self.chunk_length)
@@ -1021,7 +1043,19 @@ class FullSelfAttention(nn.Module):
     def decode(self, hidden_states, attention_mask, cache, padded_length=None, output_attentions=False):
         """One new token ``[batch, 1, hidden]`` after the cached ones: ``([batch, 1, heads * head_size],
         probabilities [batch, heads, 1, keys] with output_attentions, else None)``."""
-        query, key, value = self._project(hidden_states, next_position(cache))
+        return self.decode_projected(self.project_new_tokens(hidden_states, cache), attention_mask, cache,
+                                     padded_length, output_attentions)
+
+    def project_new_tokens(self, hidden_states, cache):
+        """``(queries, keys, values)`` of new tokens ``[batch, new, hidden]`` after the cached ones, each ``[batch,
+        heads, new, head_size]``, for :meth:`decode_projected` token by token (a projection needs only the token's
+        position)."""
+        return self._project(hidden_states, torch.arange(hidden_states.shape[1], device=hidden_states.device)
+                             + cache.get_seq_length())
+
+    def decode_projected(self, projected, attention_mask, cache, padded_length=None, output_attentions=False):
+        """:meth:`decode` of one token from its projection (``[batch, heads, 1, head_size]`` each)."""
+        query, key, value = projected
         keys, values = cache.append(keys=key, values=value)
         mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
         if not output_attentions:

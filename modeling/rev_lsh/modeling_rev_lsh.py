@@ -166,6 +166,20 @@ class RevLSHAttentionBlock(nn.Module):
                                                   sdpa=sdpa, cache=cache, padded_length=padded_length)
         return self.dropout(self.output(out)), buckets, probs
 
+    def decode_new_tokens(self, hidden_states, masks, cache, padded_lengths, output_attentions=False):
+        """New tokens ``[batch, new, hidden]`` after the cached ones, each attending as it would alone, in order
+        (``masks`` and ``padded_lengths``: each token's, as :meth:`forward` takes them): ``(out [batch, new, hidden],
+        [each token's probabilities or None])``. The layer norm and the projections, which read no other token, run
+        on all of them together; only the attention over the cache goes token by token."""
+        projected = self.self_attention.project_new_tokens(self.layer_norm(hidden_states), cache)
+        outs, probs = [], []
+        for step, (mask, padded) in enumerate(zip(masks, padded_lengths)):
+            out, token_probs = self.self_attention.decode_projected(
+                tuple(x[:, :, step:step + 1] for x in projected), mask, cache, padded, output_attentions)
+            outs.append(out)
+            probs.append(token_probs)
+        return self.dropout(self.output(torch.cat(outs, dim=1))), probs
+
 
 class RevLSHFeedForward(nn.Module):
     """``g`` of a reversible layer: LayerNorm -> dense -> activation -> dense, ``chunk_size_feed_forward``
@@ -409,7 +423,8 @@ class RevLSHModel(RevLSHPreTrainedModel):
     def _decode(self, input_ids, inputs_embeds, attention_mask, position_ids, cache, output_hidden_states,
                 output_attentions=False):
         """The new tokens after the cached ones, each attending as the last position of the whole sequence would
-        (see :class:`RevLSHCache`), one at a time in each layer's attention and all together in its feed-forward. ``output_attentions``: each layer's ``[batch, heads, new, seen +
+        (see :class:`RevLSHCache`): layer by layer, each attention over the cache token by token, the projections
+        and the feed-forward on all of them together (a draft's tokens in one matrix product each). ``output_attentions``: each layer's ``[batch, heads, new, seen +
         new]``, every new token's row over every position so far (zero where it does not look)."""
         reference = input_ids if input_ids is not None else inputs_embeds
         seen, new = cache.get_seq_length(), reference.shape[1]
@@ -439,13 +454,9 @@ class RevLSHModel(RevLSHPreTrainedModel):
         x1 = x2 = hidden
         all_hidden, all_attentions = [torch.cat([x1, x2], dim=-1)], []
         for layer, layer_cache in zip(self.layers, cache.layers):
-            attended, layer_attentions = [], []
-            for step in range(new):
-                out, _, probs = layer.attention(x2[:, step:step + 1], masks[step], output_attentions=output_attentions,
-                                                cache=layer_cache, padded_length=padded[step])
-                attended.append(out)
-                layer_attentions.append(probs)
-            x1 = x1 + torch.cat(attended, dim=1)
+            attended, layer_attentions = layer.attention.decode_new_tokens(x2, masks, layer_cache, padded,
+                                                                           output_attentions)
+            x1 = x1 + attended
             x2 = x2 + layer.feed_forward(x1)
             all_hidden.append(torch.cat([x1, x2], dim=-1))
             all_attentions.append(layer_attentions)
