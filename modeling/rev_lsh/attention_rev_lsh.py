@@ -556,7 +556,26 @@ def define_seeded_normal():
 seeded_normal = define_seeded_normal()
 
 
-class LSHSelfAttention(nn.Module):
+class DecodesFromTheCache:
+    """A causal layer's decoding: :meth:`decode` of one new token is :meth:`decode_projected` of its
+    :meth:`project_new_tokens`; a draft of several is projected at once and attended token by token."""
+
+    def decode(self, hidden_states, attention_mask, cache, padded_length=None, output_attentions=False):
+        """One new token ``[batch, 1, hidden]`` after the cached ones: ``([batch, 1, heads * head_size],
+        probabilities [batch, heads, 1, seq] with output_attentions, else None)``, exactly the last position of a
+        call over the whole (causal) sequence."""
+        return self.decode_projected(self.project_new_tokens(hidden_states, cache), attention_mask, cache,
+                                     padded_length, output_attentions)
+
+    def project_new_tokens(self, hidden_states, cache):
+        """``(queries, keys, values)`` of new tokens ``[batch, new, hidden]`` after the cached ones, each ``[batch,
+        heads, new, head_size]``, for :meth:`decode_projected` token by token (a projection needs only the token's
+        position)."""
+        return self._project(hidden_states, torch.arange(hidden_states.shape[1], device=hidden_states.device)
+                             + cache.get_seq_length())
+
+
+class LSHSelfAttention(DecodesFromTheCache, nn.Module):
     """Locality-sensitive-hashing attention (Kitaev et al., 2020) with shared queries and keys.
 
     Args:
@@ -881,7 +900,7 @@ def normalized_keys(query_keys, eps=1e-6):
     return query_keys * key_scale(query_keys, eps)
 
 
-class LocalSelfAttention(nn.Module):
+class LocalSelfAttention(DecodesFromTheCache, nn.Module):
     """Attention within chunks of consecutive positions and their ``chunks_before`` / ``chunks_after``
     neighbours (separate query, key and value projections). A sequence no longer than a chunk attends fully.
 
@@ -955,20 +974,6 @@ class LocalSelfAttention(nn.Module):
         return (rotate(self.query(hidden_states)), rotate(self.key(hidden_states)) / math.sqrt(self.head_size),
                 split_heads(self.value(hidden_states), self.num_heads))
 
-    def decode(self, hidden_states, attention_mask, cache, padded_length=None, output_attentions=False):
-        """One new token ``[batch, 1, hidden]`` after the cached ones: ``([batch, 1, heads * head_size],
-        probabilities [batch, heads, 1, seq] with output_attentions, else None)``, exactly the last position of a
-        call over the whole (causal) sequence."""
-        return self.decode_projected(self.project_new_tokens(hidden_states, cache), attention_mask, cache,
-                                     padded_length, output_attentions)
-
-    def project_new_tokens(self, hidden_states, cache):
-        """``(queries, keys, values)`` of new tokens ``[batch, new, hidden]`` after the cached ones, each ``[batch,
-        heads, new, head_size]``, for :meth:`decode_projected` token by token (a projection needs only the token's
-        position)."""
-        return self._project(hidden_states, torch.arange(hidden_states.shape[1], device=hidden_states.device)
-                             + cache.get_seq_length())
-
     def decode_projected(self, projected, attention_mask, cache, padded_length=None, output_attentions=False):
         """:meth:`decode` of one token from its projection (``[batch, heads, 1, head_size]`` each)."""
         query, key, value = projected
@@ -990,7 +995,7 @@ class LocalSelfAttention(nn.Module):
                                                      positions, 1, cache.get_seq_length())
 
 
-class FullSelfAttention(nn.Module):
+class FullSelfAttention(DecodesFromTheCache, nn.Module):
     """Plain multi-head attention through ``scaled_dot_product_attention`` (the flash / memory-efficient kernels
     where they apply). Args as :class:`LocalSelfAttention`'s, without chunks."""
 
@@ -1039,19 +1044,6 @@ class FullSelfAttention(nn.Module):
         rotate = lambda x: rotate_by_position(split_heads(x, self.num_heads), positions, self.rotary_base)  # noqa: E731
         return (rotate(self.query(hidden_states)), rotate(self.key(hidden_states)),
                 split_heads(self.value(hidden_states), self.num_heads))
-
-    def decode(self, hidden_states, attention_mask, cache, padded_length=None, output_attentions=False):
-        """One new token ``[batch, 1, hidden]`` after the cached ones: ``([batch, 1, heads * head_size],
-        probabilities [batch, heads, 1, keys] with output_attentions, else None)``."""
-        return self.decode_projected(self.project_new_tokens(hidden_states, cache), attention_mask, cache,
-                                     padded_length, output_attentions)
-
-    def project_new_tokens(self, hidden_states, cache):
-        """``(queries, keys, values)`` of new tokens ``[batch, new, hidden]`` after the cached ones, each ``[batch,
-        heads, new, head_size]``, for :meth:`decode_projected` token by token (a projection needs only the token's
-        position)."""
-        return self._project(hidden_states, torch.arange(hidden_states.shape[1], device=hidden_states.device)
-                             + cache.get_seq_length())
 
     def decode_projected(self, projected, attention_mask, cache, padded_length=None, output_attentions=False):
         """:meth:`decode` of one token from its projection (``[batch, heads, 1, head_size]`` each)."""
