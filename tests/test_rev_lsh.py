@@ -791,7 +791,8 @@ def test_a_cache_s_attentions_are_the_probabilities_each_output_is_made_of(kind)
             torch.testing.assert_close(out, merge_heads(probs @ values[:, :, :position + 1]), atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("attn_layers,num_hashes", [(["lsh"], 1), (["lsh"], 2), (["local"], 1), (["lsh", "local"], 2)])
+@pytest.mark.parametrize("attn_layers,num_hashes", [(["lsh"], 1), (["lsh"], 2), (["local"], 1), (["lsh", "local"], 2),
+                                                    (["full", "local"], 1)])
 def test_a_draft_in_one_call_equals_decoding_it_one_token_at_a_time(attn_layers, num_hashes):
     """Issue 70, item 3: a multi-token cached call (assisted decoding's verification of a draft) runs its tokens
     through each layer together; each token still attends as it would alone, its LSH bucket placed as decoding places

@@ -995,6 +995,33 @@ class LocalSelfAttention(DecodesFromTheCache, nn.Module):
                                                      positions, 1, cache.get_seq_length())
 
 
+    def attend_new_tokens(self, projected, attention_mask, cache, padded_lengths):
+        """A draft's tokens in one pass (:meth:`project_new_tokens`' tensors of ``new`` tokens, ``attention_mask``
+        covering the cached tokens and these, ``padded_lengths`` each token's as :meth:`decode_projected` takes
+        it): ``[batch, new, heads * head_size]``, each token over the keys it sees decoded alone (its chunk and
+        neighbours up to itself), the draft's keys cached at once."""
+        query, key, value = projected
+        keys, values = cache.append(keys=key, values=value)
+        seen = keys.shape[2] - query.shape[2]
+        seen_by = []  # each token's key positions, as decode_projected picks them
+        for step, padded in enumerate(padded_lengths):
+            seq = seen + step + 1
+            positions = torch.arange(seq, device=keys.device)
+            padded = padded or chunk_padded_length(seq, self.chunk_length)
+            if padded > self.chunk_length:
+                slots = neighbour_slots(positions[-1:], self.chunk_length, padded // self.chunk_length,
+                                        self.chunks_before, self.chunks_after)
+                positions = slots[slots < seq]
+            seen_by.append(positions)
+        key_positions = nn.utils.rnn.pad_sequence(seen_by, batch_first=True)  # [new, window], padded with 0
+        valid = nn.utils.rnn.pad_sequence([torch.ones_like(p, dtype=torch.bool) for p in seen_by], batch_first=True)
+        key_mask = valid if attention_mask is None else (valid & attention_mask.bool()[:, key_positions]).unsqueeze(1)
+        query_positions = torch.arange(seen, keys.shape[2], device=keys.device).unsqueeze(-1)  # [new, 1]
+        out, _, _ = attend(query.unsqueeze(3), keys[:, :, key_positions], values[:, :, key_positions],
+                           query_positions, key_positions, key_mask, self.causal, 0.0, False, mask_self=False)
+        return merge_heads(out.squeeze(3))
+
+
 class FullSelfAttention(DecodesFromTheCache, nn.Module):
     """Plain multi-head attention through ``scaled_dot_product_attention`` (the flash / memory-efficient kernels
     where they apply). Args as :class:`LocalSelfAttention`'s, without chunks."""
@@ -1057,3 +1084,15 @@ class FullSelfAttention(DecodesFromTheCache, nn.Module):
             scores = scores.masked_fill(~mask, mask_value(scores.dtype))
         probs = scores.softmax(-1)
         return merge_heads(probs @ values), probs
+
+    def attend_new_tokens(self, projected, attention_mask, cache, padded_lengths):
+        """A draft's tokens in one pass, as :meth:`LocalSelfAttention.attend_new_tokens`: each over every position
+        up to itself."""
+        query, key, value = projected
+        keys, values = cache.append(keys=key, values=value)
+        seen = keys.shape[2] - query.shape[2]
+        positions = torch.arange(keys.shape[2], device=keys.device)
+        mask = positions <= positions[seen:, None]  # [new, seq]: up to itself
+        if attention_mask is not None:
+            mask = mask & attention_mask.bool()[:, None, None, :]
+        return merge_heads(nn.functional.scaled_dot_product_attention(query, keys, values, attn_mask=mask))
