@@ -23,6 +23,8 @@ import math
 import torch
 from torch import nn
 
+from .cache_rev_lsh import positions_at_ranks
+
 SELF_MASK_VALUE = {torch.float16: -1e3}  # a token attends to itself only when nothing else is left
 MASK_VALUE = {torch.float16: -1e4}  # padding and the future; far below any score, within fp16's range
 
@@ -741,6 +743,53 @@ class LSHSelfAttention(DecodesFromTheCache, nn.Module):
             return merge_heads(out[:, :, 0]), dense()
         round_weights = torch.exp(logsumexp - logsumexp.logsumexp(dim=2, keepdim=True)).unsqueeze(-1)  # float32
         return merge_heads((out * round_weights.to(out.dtype)).sum(dim=2)), dense(round_weights.squeeze(-1))
+
+    def attend_new_tokens(self, projected, attention_mask, cache, padded_lengths):
+        """A draft's tokens in one pass (as :meth:`LocalSelfAttention.attend_new_tokens`): they join their buckets in
+        order, and each attends over the sorted order as it stood when it joined, as decoding it alone does. That
+        order is the groups' first members up to the token's counts (a later token only lengthens its group), so
+        every token's neighbours are read from the same groups with counts of its own."""
+        query_keys, new_values, new_buckets = projected  # [b, h, new, d] twice, [b, h, new, rounds]
+        new, seen, total = query_keys.shape[2], cache.get_seq_length(), math.prod(cache.factors)
+        padded = [length or chunk_padded_length(seen + step + 1, self.chunk_length)
+                  for step, length in enumerate(padded_lengths)]
+        if min(padded) <= self.chunk_length:  # (a one-chunk sequence attends every token: one at a time)
+            return torch.cat([self.decode_projected(tuple(x[:, :, step:step + 1] for x in projected),
+                                                    None if attention_mask is None else attention_mask[:, :seen + step + 1],
+                                                    cache, padded_lengths[step])[0] for step in range(new)], dim=1)
+        if attention_mask is not None:
+            new_buckets = new_buckets.masked_fill(~attention_mask.bool()[:, None, seen:, None], total)
+        keys, values = cache.append(keys=normalized_keys(query_keys), values=new_values, buckets=new_buckets)[:2]
+        new_buckets = new_buckets.transpose(2, 3)  # [b, h, rounds, new]
+        counts = []
+        for step in range(new):
+            cache.join_buckets(new_buckets[..., step], seen + step)
+            counts.append(cache.counts.clone())
+        counts = torch.stack(counts, dim=2)  # [b, h, new, rounds, groups]: each token's order
+        batch, heads, seq, d = keys.shape
+        rounds = new_buckets.shape[2]
+        query_ranks = counts.cumsum(-1).gather(-1, new_buckets.transpose(2, 3).unsqueeze(-1)).squeeze(-1) - 1
+        padded = torch.tensor(padded, device=keys.device).view(new, 1)  # [new, 1], against [b, h, new, rounds]
+        query_slots = query_ranks + padded * torch.arange(rounds, device=keys.device)
+        slots = neighbour_slots(query_slots, self.chunk_length, (rounds * padded // self.chunk_length).unsqueeze(-1),
+                                self.chunks_before, self.chunks_after)  # [b, h, new, rounds, keys]
+        by_token = lambda x: x.flatten(1, 2)  # noqa: E731  (the tokens as more heads, each with its own counts)
+        members = cache.members.unsqueeze(2).expand(-1, -1, new, -1, -1, -1)
+        key_positions, groups = positions_at_ranks(by_token(counts), by_token(members),
+                                                   by_token(slots % padded.unsqueeze(-1)),
+                                                   by_token(slots // padded.unsqueeze(-1)))
+        key_positions, groups = key_positions.view(slots.shape), groups.view(slots.shape)
+        key_mask = (groups >= 0) & (groups < total)  # not padding
+        rows = key_positions.clamp(max=seq - 1).flatten(2).unsqueeze(-1).expand(-1, -1, -1, d)
+        gather = lambda x: x.gather(2, rows).view(*slots.shape, d)  # noqa: E731
+        query_positions = (seen + torch.arange(new, device=keys.device)).view(1, 1, new, 1, 1).expand(
+            batch, heads, new, rounds, 1)
+        out, logsumexp, _ = attend(query_keys[:, :, :, None, None].expand(-1, -1, -1, rounds, -1, -1), gather(keys),
+                                   gather(values), query_positions, key_positions, key_mask, self.causal, 0.0, False)
+        if rounds == 1:
+            return merge_heads(out[:, :, :, 0, 0])
+        round_weights = torch.exp(logsumexp - logsumexp.logsumexp(dim=3, keepdim=True)).unsqueeze(-1)  # float32
+        return merge_heads((out * round_weights.to(out.dtype)).sum(dim=3)[:, :, :, 0])
 
     def bucket_factors(self, seq):
         if self.num_buckets is None and isinstance(seq, torch.SymInt):

@@ -100,19 +100,7 @@ class RevLSHLayerCache(CacheLayerMixin):
         """``(positions, groups)`` of the tokens at ``ranks`` ``[batch, heads, r, k]`` of the sorted order of round
         ``rounds`` (same shape). A rank at or past the tokens seen is the padding to the chunk length: position =
         rank, group -1."""
-        batch, heads, num_rounds, num_groups = self.counts.shape
-        flat_rounds = rounds.flatten(2)
-        group_index = (flat_rounds[..., None] * num_groups + torch.arange(num_groups, device=ranks.device)).flatten(2)
-        ends = self.counts.cumsum(-1).view(batch, heads, -1).gather(2, group_index).view(*ranks.shape, num_groups)
-        group = (ends <= ranks.unsqueeze(-1)).sum(-1)
-        beyond = group == num_groups
-        group = group.clamp(max=num_groups - 1)
-        counts = self.counts.view(batch, heads, -1).gather(2, (flat_rounds * num_groups + group.flatten(2)))
-        start = ends.gather(-1, group.unsqueeze(-1)).squeeze(-1) - counts.view(ranks.shape)
-        capacity = self.members.shape[-1]
-        slot = ((rounds * num_groups + group) * capacity + (ranks - start).clamp(0, capacity - 1)).flatten(2)
-        member = self.members.view(batch, heads, -1).gather(2, slot).view(ranks.shape)
-        return torch.where(beyond, ranks, member), torch.where(beyond, -1, group)
+        return positions_at_ranks(self.counts, self.members, ranks, rounds)
 
     # --- what generate and beam search do to a cache
 
@@ -160,6 +148,25 @@ class RevLSHLayerCache(CacheLayerMixin):
 
     def prefetch(self):
         pass
+
+
+def positions_at_ranks(counts, members, ranks, rounds):
+    """:meth:`RevLSHLayerCache.positions_at_ranks` of the groups ``counts`` ``[batch, heads, rounds, groups]`` and
+    ``members`` ``[batch, heads, rounds, groups, capacity]`` (a group's positions in order: the first ``counts`` of
+    them are the group, so earlier counts give the order as it stood before the later tokens joined)."""
+    batch, heads, num_rounds, num_groups = counts.shape
+    flat_rounds = rounds.flatten(2)
+    group_index = (flat_rounds[..., None] * num_groups + torch.arange(num_groups, device=ranks.device)).flatten(2)
+    ends = counts.cumsum(-1).view(batch, heads, -1).gather(2, group_index).view(*ranks.shape, num_groups)
+    group = (ends <= ranks.unsqueeze(-1)).sum(-1)
+    beyond = group == num_groups
+    group = group.clamp(max=num_groups - 1)
+    group_counts = counts.reshape(batch, heads, -1).gather(2, (flat_rounds * num_groups + group.flatten(2)))
+    start = ends.gather(-1, group.unsqueeze(-1)).squeeze(-1) - group_counts.view(ranks.shape)
+    capacity = members.shape[-1]
+    slot = ((rounds * num_groups + group) * capacity + (ranks - start).clamp(0, capacity - 1)).flatten(2)
+    member = members.reshape(batch, heads, -1).gather(2, slot).view(ranks.shape)
+    return torch.where(beyond, ranks, member), torch.where(beyond, -1, group)
 
 
 class RevLSHCache(Cache):

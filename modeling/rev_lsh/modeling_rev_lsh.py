@@ -170,10 +170,11 @@ class RevLSHAttentionBlock(nn.Module):
         """New tokens ``[batch, new, hidden]`` after the cached ones, each attending as it would alone, in order
         (``masks`` and ``padded_lengths``: each token's, as :meth:`forward` takes them): ``(out [batch, new, hidden],
         [each token's probabilities or None])``. The layer norm and the projections, which read no other token, run
-        on all of them together; so does the attention of local and full layers (``attend_new_tokens``), an LSH layer's
-        goes token by token, each placed in its bucket as decoding places it."""
+        on all of them together, and so does the attention (``attend_new_tokens``: each token over what it sees decoded
+        alone, an LSH layer's placed in its bucket as decoding places it); with ``output_attentions`` the attention
+        goes token by token, each token's probabilities laid over the positions so far."""
         projected = self.self_attention.project_new_tokens(self.layer_norm(hidden_states), cache)
-        if not output_attentions and hasattr(self.self_attention, "attend_new_tokens"):  # (LSH: token by token)
+        if not output_attentions:
             out = self.self_attention.attend_new_tokens(projected, masks[-1], cache, padded_lengths)
             return self.dropout(self.output(out)), [None] * len(masks)
         outs, probs = [], []
