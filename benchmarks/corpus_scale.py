@@ -55,28 +55,23 @@ main(sys.argv[1:])
 DATA_SHARE = r"""
 import json, sys, time
 from transformers import Trainer
-spent = [0.0]
-fetch = Trainer.get_batch_samples
-def timed(self, *args, **kwargs):
-    start = time.perf_counter()
-    result = fetch(self, *args, **kwargs)
-    spent[0] += time.perf_counter() - start
-    return result
-Trainer.get_batch_samples = timed
-evaluating = [0.0]
-evaluate = Trainer.evaluate
-def timed_evaluate(self, *args, **kwargs):
-    start = time.perf_counter()
-    result = evaluate(self, *args, **kwargs)
-    evaluating[0] += time.perf_counter() - start
-    return result
-Trainer.evaluate = timed_evaluate
+spent = {"data": 0.0, "evaluation": 0.0}
+def timing(name, into):
+    method = getattr(Trainer, name)
+    def timed(self, *args, **kwargs):
+        start = time.perf_counter()
+        result = method(self, *args, **kwargs)
+        spent[into] += time.perf_counter() - start
+        return result
+    setattr(Trainer, name, timed)
+timing("get_batch_samples", "data")
+timing("evaluate", "evaluation")
 train = Trainer.train
 def timed_train(self, *args, **kwargs):
     start = time.perf_counter()
     result = train(self, *args, **kwargs)
-    print("RESULT " + json.dumps({"data_seconds": spent[0],
-                                  "train_seconds": time.perf_counter() - start - evaluating[0]}), flush=True)
+    print("RESULT " + json.dumps({"data_seconds": spent["data"],
+                                  "train_seconds": time.perf_counter() - start - spent["evaluation"]}), flush=True)
     return result
 Trainer.train = timed_train
 from hf_plm_ext_cli.main import main

@@ -15,6 +15,7 @@ from transformers.models.bert.modeling_bert import BertPooler
 from hf_plm_ext.checkpoints.loading import load_pretrained
 from hf_plm_ext.errors import UserInputError
 from hf_plm_ext.files import check_new_output, staged_output
+from hf_plm_ext.modeling.macbert.configuration_macbert import STOCK_MODEL_TYPES, MacBertConfig
 
 # RoBERTa's weight names and BERT's, prefix for prefix (the layers between are named alike)
 ROBERTA_TO_BERT = (("roberta.", "bert."),
@@ -40,22 +41,14 @@ FAMILY_ONLY = ("model_type", "auto_map", "architectures", "transformers_version"
 def bert_fields(config) -> dict:
     """The fields of a BERT-like config (BERT's, MacBERT's, RoBERTa's) that carry over to another BERT-like family:
     all but what names the family and its code, and MacBERT's own."""
-    from hf_plm_ext.modeling.macbert import MacBertConfig
-
     macbert_only = ({f.name for f in dataclasses.fields(MacBertConfig)} -
                     {f.name for f in dataclasses.fields(BertConfig)})
     return {k: v for k, v in config.to_dict().items() if k not in FAMILY_ONLY and k not in macbert_only}
 
 
-def carried_types() -> tuple[str, ...]:
-    from hf_plm_ext.modeling.macbert.configuration_macbert import STOCK_MODEL_TYPES
-
-    return STOCK_MODEL_TYPES
-
-
 def check_carried(config, where: str, command: str) -> None:
     """A stock ``config`` the family cannot carry gets one line: why, and the types it can."""
-    if config.model_type in carried_types():
+    if config.model_type in STOCK_MODEL_TYPES:
         if config.model_type != "bert" and config.hidden_act != "gelu":
             raise UserInputError(f"--model {where}: a {config.model_type!r} checkpoint with hidden_act "
                                  f"{config.hidden_act!r}; RoBERTa's masked-LM head applies 'gelu' whatever the "
@@ -63,15 +56,13 @@ def check_carried(config, where: str, command: str) -> None:
         return
     why = f" ({NOT_CARRIED[config.model_type]})" if config.model_type in NOT_CARRIED else ""
     raise UserInputError(f"--model {where} is a {config.model_type!r} checkpoint{why}; `{command}` continues "
-                         f"'macbert' runs and stock {', '.join(repr(t) for t in carried_types())} checkpoints")
+                         f"'macbert' runs and stock {', '.join(repr(t) for t in STOCK_MODEL_TYPES)} checkpoints")
 
 
 def macbert_from_stock(model_class, where: str, config):
     """``model_class`` (a MacBERT head) with the weights of the stock checkpoint at ``where`` (``config``, of a type
     :func:`check_carried` passed): every weight of the checkpoint is read; the heads it lacks start fresh, each named
     in one line (BERT's NSP head becomes the SOP head's start)."""
-    from hf_plm_ext.modeling.macbert import MacBertConfig
-
     macbert_config = MacBertConfig(**bert_fields(config), stock_model_type=config.model_type)
     key_mapping = None
     if config.model_type != "bert":
@@ -83,7 +74,8 @@ def macbert_from_stock(model_class, where: str, config):
 
 
 def stock_state(model) -> dict:
-    """A MacBERT model's weights under the names of its ``stock_model_type``."""
+    """A MacBERT model's weights under the names of its ``stock_model_type`` (a RoBERTa type's has no name for the
+    sentence-order head: it is left out)."""
     state = model.state_dict()
     if model.config.stock_model_type == "bert":
         return state
@@ -112,17 +104,13 @@ def as_stock(model):
             stock.roberta.pooler = BertPooler(stock_config)
         if hasattr(model.cls, "seq_relationship"):
             left_out.append("the sentence-order head (cls.seq_relationship: a RoBERTa checkpoint has no place for it)")
-    state = {k: v for k, v in stock_state(model).items() if not k.startswith("cls.seq_relationship")
-             or config.stock_model_type == "bert"}
-    stock.load_state_dict(state, strict=True)
+    stock.load_state_dict(stock_state(model), strict=True)
     return stock, left_out
 
 
 def export_bert(run_dir, output) -> list[str]:
     """Write a ``pretrain macbert`` / ``pretrain mlm`` run (with its tokenizer) as the stock type it started from
     (``bert`` for a fresh one), without ``auto_map``: it loads with transformers alone. Returns what was left out."""
-    from hf_plm_ext.modeling.macbert import MacBertForMaskedLM, MacBertForPreTraining
-
     check_new_output(output)
     config = load_pretrained(AutoConfig, run_dir, "run config")
     architecture = (config.architectures or ["?"])[0]
@@ -131,14 +119,12 @@ def export_bert(run_dir, output) -> list[str]:
         if architecture not in heads:
             raise UserInputError(f"{run_dir} holds a {architecture}; `export bert` writes the runs of `pretrain "
                                  f"macbert` (MacBertForPreTraining) and `pretrain mlm` (MacBertForMaskedLM)")
-        model = load_pretrained(heads[architecture], run_dir, "model")
-        assert isinstance(model, (MacBertForPreTraining, MacBertForMaskedLM))
-        stock, left_out = as_stock(model)
-    elif config.model_type in carried_types():  # `pretrain mlm` of a stock checkpoint trains it as it is
+        stock, left_out = as_stock(load_pretrained(heads[architecture], run_dir, "model"))
+    elif config.model_type in STOCK_MODEL_TYPES:  # `pretrain mlm` of a stock checkpoint trains it as it is
         stock, left_out = load_pretrained(AutoModelForMaskedLM, run_dir, "model"), []
     else:
         raise UserInputError(f"{run_dir} is a {config.model_type!r} run; `export bert` writes 'macbert' runs (and "
-                             f"`pretrain mlm` runs of stock {', '.join(repr(t) for t in carried_types())} "
+                             f"`pretrain mlm` runs of stock {', '.join(repr(t) for t in STOCK_MODEL_TYPES)} "
                              f"checkpoints) as their stock type"
                              + ("; for ELECTRA: `hf-plm-ext export electra`" if "electra" in config.model_type
                                 else ""))

@@ -560,7 +560,8 @@ seeded_normal = define_seeded_normal()
 
 class DecodesFromTheCache:
     """A causal layer's decoding: :meth:`decode` of one new token is :meth:`decode_projected` of its
-    :meth:`project_new_tokens`; a draft of several is projected at once and attended token by token."""
+    :meth:`project_new_tokens`; a draft of several is projected at once and attended in one pass
+    (``attend_new_tokens``)."""
 
     def decode(self, hidden_states, attention_mask, cache, padded_length=None, output_attentions=False):
         """One new token ``[batch, 1, hidden]`` after the cached ones: ``([batch, 1, heads * head_size],
@@ -683,16 +684,6 @@ class LSHSelfAttention(DecodesFromTheCache, nn.Module):
         cache.rotations, cache.factors = rotations, factors
         cache.group_by_bucket(buckets, total + 1)
 
-    def decode(self, hidden_states, attention_mask, cache, padded_length=None, output_attentions=False):
-        """One new token ``[batch, 1, hidden]`` after the cached ones: ``([batch, 1, heads * head_size],
-        probabilities or None)``, what the last position of a call over the whole (causal) sequence gives with the
-        cached rotations (with ``output_attentions``, probabilities over every position so far, ``[batch, heads, 1,
-        seq]``, the rounds weighted). The bucket count stays the one of the first call (a whole-sequence call may
-        choose another for the longer length). The sorted order is not rebuilt: the cache counts the tokens of each bucket, which
-        places the new token and its chunk's neighbours (cost flat in the sequence length)."""
-        return self.decode_projected(self.project_new_tokens(hidden_states, cache), attention_mask, cache,
-                                     padded_length, output_attentions)
-
     def project_new_tokens(self, hidden_states, cache):
         """``(query_keys, values, buckets)`` of new tokens ``[batch, new, hidden]`` after the cached ones, each
         ``[batch, heads, new, ...]`` (head_size twice; the raw buckets under the cached rotations, per round), for
@@ -705,8 +696,13 @@ class LSHSelfAttention(DecodesFromTheCache, nn.Module):
         return query_keys, split_heads(self.value(hidden_states), self.num_heads), buckets.transpose(2, 3)
 
     def decode_projected(self, projected, attention_mask, cache, padded_length=None, output_attentions=False):
-        """:meth:`decode` of one token from its projection (:meth:`project_new_tokens`' tensors, ``[batch, heads, 1,
-        ...]``), ``attention_mask`` covering the cached tokens and this one."""
+        """One new token from its projection (:meth:`project_new_tokens`' tensors, ``[batch, heads, 1, ...]``),
+        ``attention_mask`` covering the cached tokens and this one: ``([batch, 1, heads * head_size], probabilities
+        or None)``, what the last position of a call over the whole (causal) sequence gives with the cached rotations
+        (with ``output_attentions``, probabilities over every position so far, ``[batch, heads, 1, seq]``, the rounds
+        weighted). The bucket count stays the one of the first call (a whole-sequence call may choose another for the
+        longer length). The sorted order is not rebuilt: the cache counts the tokens of each bucket, which places the
+        new token and its chunk's neighbours (cost flat in the sequence length)."""
         query_key, value, new_buckets = projected
         new_buckets, total = new_buckets.transpose(2, 3), math.prod(cache.factors)  # [b, h, rounds, 1]
         position = cache.get_seq_length()
@@ -754,8 +750,8 @@ class LSHSelfAttention(DecodesFromTheCache, nn.Module):
         padded = [length or chunk_padded_length(seen + step + 1, self.chunk_length)
                   for step, length in enumerate(padded_lengths)]
         if min(padded) <= self.chunk_length:  # (a one-chunk sequence attends every token: one at a time)
-            return torch.cat([self.decode_projected(tuple(x[:, :, step:step + 1] for x in projected),
-                                                    None if attention_mask is None else attention_mask[:, :seen + step + 1],
+            masks = [None if attention_mask is None else attention_mask[:, :seen + step + 1] for step in range(new)]
+            return torch.cat([self.decode_projected(tuple(x[:, :, step:step + 1] for x in projected), masks[step],
                                                     cache, padded_lengths[step])[0] for step in range(new)], dim=1)
         if attention_mask is not None:
             new_buckets = new_buckets.masked_fill(~attention_mask.bool()[:, None, seen:, None], total)

@@ -428,9 +428,10 @@ class RevLSHModel(RevLSHPreTrainedModel):
     def _decode(self, input_ids, inputs_embeds, attention_mask, position_ids, cache, output_hidden_states,
                 output_attentions=False):
         """The new tokens after the cached ones, each attending as the last position of the whole sequence would
-        (see :class:`RevLSHCache`): layer by layer, each attention over the cache token by token, the projections
-        and the feed-forward on all of them together (a draft's tokens in one matrix product each). ``output_attentions``: each layer's ``[batch, heads, new, seen +
-        new]``, every new token's row over every position so far (zero where it does not look)."""
+        (see :class:`RevLSHCache`): layer by layer, all of them together through each block
+        (:meth:`RevLSHAttentionBlock.decode_new_tokens`, then the feed-forward). ``output_attentions``: each layer's
+        ``[batch, heads, new, seen + new]``, every new token's row over every position so far (zero where it does not
+        look)."""
         reference = input_ids if input_ids is not None else inputs_embeds
         seen, new = cache.get_seq_length(), reference.shape[1]
         if attention_mask is not None and attention_mask.shape[1] == new:  # the new tokens' alone

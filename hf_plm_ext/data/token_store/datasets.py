@@ -131,11 +131,11 @@ def at_most(dataset, count: int | None):
 class SentencePairs(torch.utils.data.Dataset):
     """ALBERT's sentence-order pairs (``data.sop.build_sop_pairs``'s rules) from a store's documents, sentence and
     word starts, one per chunk of a document: chunk ``k`` of a document holds the sentences that start in its
-    tokens ``[k * T, (k + 1) * T)``, ``T = max_length`` less the pair's special tokens, so the chunks are found with array code, shard by
-    shard, when the dataset is made. An example is built when it is read, its random choices (a shorter target
-    with ``short_seq_prob``, the cut between A and B, the truncation, the swap) drawn from ``(seed, chunk)``, as
-    the text path draws them from ``(seed, document)``; ``mask_seed`` is ``(seed, epoch, chunk)`` for the
-    collator's masks.
+    tokens ``[k * T, (k + 1) * T)``, ``T = max_length`` less the pair's special tokens, so the chunks are found
+    with array code, shard by shard, when the dataset is made. An example is built when it is read, its random
+    choices (a shorter target with ``short_seq_prob``, the cut between A and B, the truncation, the swap) drawn from
+    ``(seed, chunk)``, as the text path draws them from ``(seed, document)``; ``mask_seed`` is ``(seed, epoch,
+    chunk)`` for the collator's masks.
     """
 
     def __init__(self, store: TokenStore, tokenizer, max_length: int, short_seq_prob: float, seed: int, split: str,

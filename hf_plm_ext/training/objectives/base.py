@@ -96,7 +96,8 @@ class Objective:
     """A pre-training objective. Subclasses set the class attributes and override the hooks they need.
 
     ``pretrain()`` calls, in order: :meth:`prepare_tokenizer`, :meth:`start_from`, :meth:`fresh_config` (a fresh
-    model) or :meth:`check_checkpoint`, :meth:`load_checkpoint` and :meth:`configure_checkpoint` (``--model``), :meth:`collator`, :meth:`build_data`
+    model) or :meth:`check_checkpoint`, :meth:`load_checkpoint` and :meth:`configure_checkpoint` (``--model``),
+    :meth:`collator`, :meth:`build_data`
     (``--corpus``) or :meth:`build_store_data` (``--data``),
     :meth:`configure_training`, :meth:`trainer_kwargs`, and after training :meth:`extra_results`.
     """
