@@ -56,6 +56,59 @@ def test_reversible_gradients_equal_those_of_the_same_weights_without_the_revers
     assert any(grad.abs().sum() > 0 for grad in plain_grads.values())
 
 
+def test_a_compiled_reversible_step_is_one_graph_with_the_gradients_of_the_plain_stack():
+    """torch.compile: the model's forward, the reversible function and its backward in one graph (no break), and,
+    float64 with dropout everywhere, the loss and gradients of the same weights without the reversible function
+    under the same seed (the masks drawn from the layers' seeds, the same in the recompute)."""
+    torch.manual_seed(0)
+    dropout = dict(hidden_dropout_prob=0.1, lsh_attention_probs_dropout_prob=0.1,
+                   local_attention_probs_dropout_prob=0.1, full_attention_probs_dropout_prob=0.1)
+    settings = dict(attn_layers=["local", "lsh", "full", "lsh"], hash_seed=None, **dropout)
+    reversible = RevLSHForMaskedLM(tiny_rev_lsh(**settings)).double().train()
+    plain = RevLSHForMaskedLM(tiny_rev_lsh(**settings, reversible=False)).double().train()
+    plain.load_state_dict(reversible.state_dict())
+    ids = torch.randint(5, 99, (2, 30))
+    explained = torch._dynamo.explain(reversible)(input_ids=ids, labels=ids)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+
+    def compiled_step(model, seed):
+        model.zero_grad()
+        torch.manual_seed(seed)
+        loss = torch.compile(model, backend="aot_eager", fullgraph=True)(input_ids=ids, labels=ids).loss
+        loss.backward()
+        return loss, {name: p.grad for name, p in model.named_parameters()}
+
+    reversible_loss, reversible_grads = compiled_step(reversible, 5)
+    plain_loss, plain_grads = compiled_step(plain, 5)
+    assert torch.equal(reversible_loss, plain_loss)
+    for name, grad in plain_grads.items():
+        torch.testing.assert_close(reversible_grads[name], grad, rtol=1e-10, atol=1e-12, msg=name)
+    assert any(grad.abs().sum() > 0 for grad in plain_grads.values())
+    assert compiled_step(reversible, 6)[0] != reversible_loss  # other seeds, other masks
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_seeded_dropout_masks_repeat_under_one_seed_and_keep_the_asked_share(traced):
+    """Eager (torch's generator) and traced (the counter-based hash): one seed and count, one mask; another seed or
+    the next count, another; kept with probability 1 - p, scaled by 1 / (1 - p)."""
+    from hf_plm_ext.modeling.rev_lsh.reversible_rev_lsh import SeededMasks
+
+    def two_masks(seed):
+        masks = SeededMasks(seed)
+        like = torch.zeros(200, 500)
+        return masks.keep(like, 0.1), masks.keep(like, 0.1)
+
+    draw = torch.compile(two_masks, backend="eager", fullgraph=True) if traced else two_masks
+    first, second = draw(torch.tensor(7))
+    again, _ = draw(torch.tensor(7))
+    other, _ = draw(torch.tensor(8))
+    assert torch.equal(first, again) and not torch.equal(first, second) and not torch.equal(first, other)
+    assert first.unique().tolist() == [0.0, pytest.approx(1 / 0.9)]
+    for mask in (first, second, other):
+        assert abs(float(mask.ne(0).float().mean()) - 0.9) < 0.01
+    assert abs(float((first.ne(0) & second.ne(0)).float().mean()) - 0.81) < 0.01  # independent draws
+
+
 def test_the_reversible_forward_keeps_no_activations_of_the_layers():
     """Autograd holds the stack's input and output only: the saved tensors do not grow with depth."""
     def saved_bytes(depth, reversible=True):
@@ -686,17 +739,20 @@ def test_the_fused_kernel_runs_in_low_precision_and_falls_back_with_attention_dr
 
 def test_a_character_level_causal_model_pretrains_and_eval_lm_scores_it_at_two_contexts(tmp_path, shared_data,
                                                                                          capsys):
-    """A chars tokenizer has no [CLS] / [SEP]: causal blocks end with its eos alone; eval lm reads a causal model
-    without segment memory one --tgt-len segment at a time and reports bits per character."""
+    """A chars tokenizer has no [CLS] / [SEP]: causal blocks end with its eos alone (trained under the Trainer's
+    --torch_compile); eval lm reads a causal model without segment memory one --tgt-len segment at a time and
+    reports bits per character."""
     from conftest import run_cli
 
     book = shared_data / "corpus/en/gutenberg/11-0.txt"
     code, _, stderr = run_cli(["tokenizer", "train", "--corpus", book, "--kind", "chars", "--output",
                                tmp_path / "chars"], capsys)
     assert code == 0, stderr[-2000:]
+    # through the Trainer's torch.compile (the reversible step one graph; aot_eager: inductor's C++ takes minutes)
     code, _, stderr = run_cli(["pretrain", "rev-lsh", "--causal", "true", "--corpus", book, "--tokenizer",
                                tmp_path / "chars", "--size", "tiny", "--max_seq_length", 256, "--max_steps", 3,
                                "--per_device_train_batch_size", 2, "--disable_tqdm", "true", "--report_to", "none",
+                               "--torch_compile", "true", "--torch_compile_backend", "aot_eager",
                                "--output", tmp_path / "clm"], capsys)
     assert code == 0, stderr[-3000:]
     scores = {}

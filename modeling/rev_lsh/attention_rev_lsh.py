@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from .cache_rev_lsh import positions_at_ranks
+from .reversible_rev_lsh import dropout
 
 SELF_MASK_VALUE = {torch.float16: -1e3}  # a token attends to itself only when nothing else is left
 MASK_VALUE = {torch.float16: -1e4}  # padding and the future; far below any score, within fp16's range
@@ -503,16 +504,17 @@ def attend_fused(queries, keys, values, query_positions, key_positions, key_mask
     return out.squeeze(-3), logsumexp.squeeze(-2), probs
 
 
-def attend(queries, keys, values, query_positions, key_positions, key_mask, causal, dropout, training,
-           mask_self=True, fused=False):
+def attend(queries, keys, values, query_positions, key_positions, key_mask, causal, dropout_rate, training,
+           mask_self=True, fused=False, dropout_masks=None):
     """Scores, masks, softmax and the weighted values, over the last two dims.
 
     queries ``[..., q, d]``, keys / values ``[..., k, d]``; positions ``[..., q]`` / ``[..., k]`` (long);
     key_mask ``[..., k]`` (bool, True = a token) or None. Returns ``(out [..., q, d], logsumexp [..., q],
     probabilities [..., q, k])``; ``fused``: through :func:`attend_fused` where the kernel applies
-    (:func:`fused_kernel_applies`), probabilities then None.
+    (:func:`fused_kernel_applies`), probabilities then None; ``dropout_masks``: :class:`SeededMasks` to draw the
+    probabilities' dropout from (else torch's RNG).
     """
-    if fused and fused_kernel_applies(queries, dropout, training):
+    if fused and fused_kernel_applies(queries, dropout_rate, training):
         out, logsumexp, probs = attend_fused(queries, keys, values, query_positions, key_positions, key_mask, causal,
                                              mask_self)
         if not mask_self and key_mask is not None:  # (with the self-mask every query sees itself)
@@ -529,7 +531,7 @@ def attend(queries, keys, values, query_positions, key_positions, key_mask, caus
     # the normalisation in float32, as SDPA's: in bfloat16 a row near the self-mask value (-1e5) rounds by 512
     scores = scores.to(torch.promote_types(scores.dtype, torch.float32))  # (float64 stays float64)
     logsumexp = scores.logsumexp(dim=-1, keepdim=True)
-    probs = nn.functional.dropout(torch.exp(scores - logsumexp).to(values.dtype), p=dropout, training=training)
+    probs = dropout(torch.exp(scores - logsumexp).to(values.dtype), dropout_rate, training, dropout_masks)
     return probs @ values, logsumexp.squeeze(-1), probs
 
 
@@ -620,12 +622,13 @@ class LSHSelfAttention(DecodesFromTheCache, nn.Module):
                              persistent=False)
 
     def forward(self, hidden_states, attention_mask=None, buckets=None, num_hashes=None, output_attentions=False,
-                cache=None, padded_length=None, sdpa=True, **unused):
+                cache=None, padded_length=None, sdpa=True, dropout_masks=None, **unused):
         """``(out [batch, seq, heads * head_size], buckets, probabilities or None)``; ``sdpa``: each chunk's
         attention through the fused kernel where it applies (:func:`attend`; not with ``output_attentions``),
         else the plain path. ``buckets``
         ``[batch, heads, num_hashes, padded seq]`` (None when the sequence is attended fully) can be passed back to
-        recompute the same attention (the reversible backward does).
+        recompute the same attention (the reversible backward does). ``dropout_masks``: the
+        :class:`~.reversible_rev_lsh.SeededMasks` the probabilities' dropout draws from (else torch's RNG).
 
         ``cache``: an empty layer cache to fill with this call's keys, values, buckets and rotations; a filled one to
         decode ``hidden_states`` (one new token) after them, ``attention_mask`` then covering the cached tokens
@@ -657,17 +660,18 @@ class LSHSelfAttention(DecodesFromTheCache, nn.Module):
                                  self.raw_buckets(query_keys, rotations, factors)[0], attention_mask)
             positions = torch.arange(seq, device=hidden_states.device)
             out, _, probs = attend(query_keys, normalized_keys(query_keys), values, positions, positions, key_mask,
-                                   self.causal, self.dropout, self.training, fused=sdpa and not output_attentions)
+                                   self.causal, self.dropout, self.training, fused=sdpa and not output_attentions,
+                                   dropout_masks=dropout_masks)
             return merge_heads(out)[:, :length], None, probs if output_attentions else None
-        rotations = self.rotations(seq, num_hashes, query_keys)
         if buckets is None:
+            rotations = self.rotations(seq, num_hashes, query_keys)
             factors = self.bucket_factors(seq)
             raw_buckets, total = self.raw_buckets(query_keys, rotations, factors)
             buckets = offset_buckets(raw_buckets, total, attention_mask)
             if cache is not None:
                 self._fill_cache(cache, query_keys, values, length, rotations, factors, raw_buckets, attention_mask)
         out, probs = self._attend_in_buckets(query_keys, values, buckets, key_mask, num_hashes,
-                                             fused=sdpa and not output_attentions,
+                                             fused=sdpa and not output_attentions, dropout_masks=dropout_masks,
                                              dense_length=length if cache is not None and output_attentions else None)
         return merge_heads(out)[:, :length], buckets, probs if output_attentions else None
 
@@ -805,8 +809,7 @@ class LSHSelfAttention(DecodesFromTheCache, nn.Module):
         return seeded_normal(self.hash_seed, self.rotation_shape(seq, num_hashes or self.num_hashes), dtype)
 
     def rotations(self, seq, num_hashes, like):
-        """Random rotations ``[heads, head_size, num_hashes, sum(factors) // 2]``, fresh per round. Drawn also when
-        the buckets are given (the reversible backward), so that the dropout after them draws the same masks. With
+        """Random rotations ``[heads, head_size, num_hashes, sum(factors) // 2]``, fresh per round. With
         ``hash_seed`` the same every call: the buffer drawn at initialisation, or where the bucket count follows
         the length (``num_buckets`` None) or ``num_hashes`` is not the layer's, drawn from the seed per call."""
         if self.hash_seed is None:
@@ -827,7 +830,8 @@ class LSHSelfAttention(DecodesFromTheCache, nn.Module):
             start, total = start + factor // 2, total * factor
         return buckets, total
 
-    def _attend_in_buckets(self, query_keys, values, buckets, key_mask, num_hashes, fused, dense_length=None):
+    def _attend_in_buckets(self, query_keys, values, buckets, key_mask, num_hashes, fused, dense_length=None,
+                           dropout_masks=None):
         """``(out [batch, heads, seq, d], probabilities)``: per sorted chunk ``[batch, heads, rounds * chunks, chunk,
         window]``, or with ``dense_length`` over the first ``dense_length`` positions (:func:`dense_probabilities`,
         the rounds weighted)."""
@@ -863,7 +867,7 @@ class LSHSelfAttention(DecodesFromTheCache, nn.Module):
                                                                          self.chunks_after),
                                            look_adjacent(sorted_values, self.chunks_before, self.chunks_after),
                                            query_positions, key_positions, sorted_key_mask, self.causal,
-                                           self.dropout, self.training)
+                                           self.dropout, self.training, dropout_masks=dropout_masks)
         undo = order.argsort(dim=-1)
         out = gather_rows(out.flatten(2, 3), undo)
         logsumexp = logsumexp.flatten(2).gather(2, undo)
@@ -965,7 +969,7 @@ class LocalSelfAttention(DecodesFromTheCache, nn.Module):
         self.value = nn.Linear(hidden_size, num_heads * head_size, bias=False)
 
     def forward(self, hidden_states, attention_mask=None, output_attentions=False, cache=None, padded_length=None,
-                sdpa=True, **unused):
+                sdpa=True, dropout_masks=None, **unused):
         """``(out [batch, seq, heads * head_size], None, probabilities or None)``; ``cache``, ``padded_length``,
         ``sdpa`` and the probabilities' shapes as :meth:`LSHSelfAttention.forward`'s (per chunk ``[batch, heads,
         chunks, chunk, window]``)."""
@@ -1003,13 +1007,13 @@ class LocalSelfAttention(DecodesFromTheCache, nn.Module):
             else:
                 out, _, probs = attend(chunks(queries), adjacent(keys), adjacent(values), query_positions,
                                        key_positions, key_mask, self.causal, self.dropout, self.training,
-                                       mask_self=False)
+                                       mask_self=False, dropout_masks=dropout_masks)
                 if cache is not None and output_attentions:
                     probs = dense_probabilities(probs, query_positions, key_positions, length, length)
             out = out.flatten(2, 3)
         else:
             out, _, probs = attend(queries, keys, values, positions, positions, key_mask, self.causal, self.dropout,
-                                   self.training, mask_self=False, fused=fused)
+                                   self.training, mask_self=False, fused=fused, dropout_masks=dropout_masks)
         return merge_heads(out)[:, :length], None, probs if output_attentions else None
 
     def _project(self, hidden_states, positions):
@@ -1079,7 +1083,8 @@ class FullSelfAttention(DecodesFromTheCache, nn.Module):
         self.key = nn.Linear(hidden_size, num_heads * head_size, bias=False)
         self.value = nn.Linear(hidden_size, num_heads * head_size, bias=False)
 
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False, sdpa=True, cache=None, **unused):
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, sdpa=True, cache=None,
+                dropout_masks=None, **unused):
         """``(out [batch, seq, heads * head_size], None, probabilities [batch, heads, seq, seq] or None)``; with
         ``output_attentions`` or ``sdpa=False`` the scores are computed explicitly. ``cache`` as
         :meth:`LSHSelfAttention.forward`'s (decoding is exact)."""
@@ -1099,11 +1104,13 @@ class FullSelfAttention(DecodesFromTheCache, nn.Module):
                 mask = mask & torch.ones(length, length, dtype=torch.bool, device=mask.device).tril()
             # a padding query sees itself, so that no row is all masked (NaN); real tokens never see padding
             mask = mask | torch.eye(length, dtype=torch.bool, device=mask.device)
-        if output_attentions or not sdpa:
+        # (SDPA would draw dropout masks of its own, which the reversible backward cannot replay)
+        if output_attentions or not sdpa or (dropout_masks is not None and self.training and self.dropout):
             positions = torch.arange(hidden_states.shape[1], device=hidden_states.device)
             key_mask = None if attention_mask is None else attention_mask.bool()[:, None, :]
             out, _, probs = attend(queries, keys / math.sqrt(self.head_size), values, positions, positions, key_mask,
-                                   self.causal, self.dropout, self.training, mask_self=False)
+                                   self.causal, self.dropout, self.training, mask_self=False,
+                                   dropout_masks=dropout_masks)
             return merge_heads(out), None, probs if output_attentions else None
         out = nn.functional.scaled_dot_product_attention(
             queries, keys, values, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,

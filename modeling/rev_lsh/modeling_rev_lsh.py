@@ -28,7 +28,8 @@ from .attention_rev_lsh import (FullSelfAttention, LocalSelfAttention, LSHSelfAt
                                padded_to_multiple)
 from .cache_rev_lsh import RevLSHCache, as_rev_lsh_cache
 from .configuration_rev_lsh import RevLSHConfig
-from .reversible_rev_lsh import ReversibleFunction, ReversibleLayer
+from .reversible_rev_lsh import (ReplayableDropout, ReversibleFunction, ReversibleLayer, SeededMasks,  # noqa: F401
+                                 TracedReversibleFunction, is_fsdp_unit)
 
 logger = logging.get_logger(__name__)
 
@@ -153,18 +154,20 @@ class RevLSHAttentionBlock(nn.Module):
         self.self_attention = attention_layer(config, kind)
         self.output = nn.Linear(config.num_attention_heads * config.attention_head_size, config.hidden_size,
                                 bias=False)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = ReplayableDropout(config.hidden_dropout_prob)
         self.config = config
 
     def forward(self, hidden_states, attention_mask=None, buckets=None, num_hashes=None, output_attentions=False,
-                cache=None, padded_length=None):
+                cache=None, padded_length=None, dropout_masks=None):
         """``(out [batch, seq, hidden], buckets, attention probabilities or None)``; ``cache``, ``padded_length``:
-        see :meth:`LSHSelfAttention.forward`."""
+        see :meth:`LSHSelfAttention.forward`; ``dropout_masks``: :class:`SeededMasks` to draw the masks from (else
+        torch's RNG)."""
         sdpa = getattr(self.config, "_attn_implementation", "sdpa") == "sdpa"
         out, buckets, probs = self.self_attention(self.layer_norm(hidden_states), attention_mask, buckets=buckets,
                                                   num_hashes=num_hashes, output_attentions=output_attentions,
-                                                  sdpa=sdpa, cache=cache, padded_length=padded_length)
-        return self.dropout(self.output(out)), buckets, probs
+                                                  sdpa=sdpa, cache=cache, padded_length=padded_length,
+                                                  dropout_masks=dropout_masks)
+        return self.dropout(self.output(out), dropout_masks), buckets, probs
 
     def decode_new_tokens(self, hidden_states, masks, cache, padded_lengths, output_attentions=False):
         """New tokens ``[batch, new, hidden]`` after the cached ones, each attending as it would alone, in order
@@ -196,18 +199,19 @@ class RevLSHFeedForward(nn.Module):
         self.dense = nn.Linear(config.hidden_size, config.feed_forward_size)
         self.activation = ACT2FN[config.hidden_act]
         self.output = nn.Linear(config.feed_forward_size, config.hidden_size)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = ReplayableDropout(config.hidden_dropout_prob)
         self.chunk_size = config.chunk_size_feed_forward
 
-    def forward(self, hidden_states):
+    def forward(self, hidden_states, dropout_masks=None):
+        """``dropout_masks``: :class:`SeededMasks` to draw the masks from (else torch's RNG)."""
         if self.chunk_size and hidden_states.shape[1] > self.chunk_size:
-            return torch.cat([self._forward_chunk(chunk) for chunk in hidden_states.split(self.chunk_size, dim=1)],
-                             dim=1)
-        return self._forward_chunk(hidden_states)
+            return torch.cat([self._forward_chunk(chunk, dropout_masks)
+                              for chunk in hidden_states.split(self.chunk_size, dim=1)], dim=1)
+        return self._forward_chunk(hidden_states, dropout_masks)
 
-    def _forward_chunk(self, hidden_states):
-        hidden_states = self.activation(self.dropout(self.dense(self.layer_norm(hidden_states))))
-        return self.dropout(self.output(hidden_states))
+    def _forward_chunk(self, hidden_states, dropout_masks):
+        hidden_states = self.activation(self.dropout(self.dense(self.layer_norm(hidden_states)), dropout_masks))
+        return self.dropout(self.output(hidden_states), dropout_masks)
 
 
 class RevLSHLayer(ReversibleLayer):
@@ -506,17 +510,29 @@ class RevLSHModel(RevLSHPreTrainedModel):
         (then the stack runs without the reversible function)."""
         stacked = torch.cat([hidden, hidden], dim=-1)
         collected = {"hidden_states": [stacked], "attentions": []}
+        # each block's dropout draws its masks from a seed of its own, which the reversible backward replays
+        seeds = torch.randint(2**31, (len(self.layers), 2)) if self.training else None
         parameters = [p for p in self.layers.parameters() if p.requires_grad]
         if (self.config.reversible and cache is None and torch.is_grad_enabled()
                 and (stacked.requires_grad or parameters)):
-            last = ReversibleFunction.apply(stacked, list(self.layers), attention_mask, num_hashes,
-                                            output_hidden_states, output_attentions, collected, *parameters)
+            if torch.compiler.is_compiling() and not any(map(is_fsdp_unit, self.layers.modules())):
+                layer_parameters = [p for layer in self.layers for p in layer.trainable_parameters()]
+                last, *more = TracedReversibleFunction.apply(stacked, list(self.layers), attention_mask, num_hashes,
+                                                             seeds, output_hidden_states, output_attentions,
+                                                             *layer_parameters)
+                count = len(self.layers) if output_hidden_states else 0
+                collected["hidden_states"] += more[:count]
+                collected["attentions"] += more[count:]
+            else:
+                last = ReversibleFunction.apply(stacked, list(self.layers), attention_mask, num_hashes, seeds,
+                                                output_hidden_states, output_attentions, collected, *parameters)
         else:
             # the halves as views of the states returned, so that those are on autograd's path (retain_grad)
             x1, x2 = stacked.chunk(2, dim=-1)
             for index, layer in enumerate(self.layers):
                 x1, x2, probs = layer(x1, x2, attention_mask, num_hashes, output_attentions,
-                                      cache=None if cache is None else cache.layers[index])
+                                      cache=None if cache is None else cache.layers[index],
+                                      dropout_seeds=None if seeds is None else seeds[index])
                 if output_hidden_states:  # (all of them kept, inference memory grew with depth)
                     collected["hidden_states"].append(torch.cat([x1, x2], dim=-1))
                     x1, x2 = collected["hidden_states"][-1].chunk(2, dim=-1)

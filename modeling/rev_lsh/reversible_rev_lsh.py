@@ -2,46 +2,76 @@
 ``x2``, and computes ``y1 = x1 + attention(x2)``, ``y2 = x2 + feed_forward(y1)``, so that its input follows from its
 output (``x2 = y2 - feed_forward(y1)``, ``x1 = y1 - attention(x2)``). :class:`ReversibleFunction` runs the layers
 as one autograd node that keeps only the last output and recomputes each layer's input in backward, so activation
-memory does not grow with depth; the recomputation reuses the forward's LSH buckets and replays its dropout.
+memory does not grow with depth; the recomputation reuses the forward's LSH buckets and replays its dropout masks,
+which each block draws from a seed of its own (:class:`SeededMasks`). Under ``torch.compile``
+:class:`TracedReversibleFunction` does the same in a form dynamo follows, so that a training step is one graph.
 """
 
-from contextlib import contextmanager
+import math
 
 import torch
 from torch import nn
 from transformers.modeling_layers import GradientCheckpointingLayer
 
+UINT32 = 0xFFFFFFFF
 
-class RNGStates:
-    """Torch's RNG states at points of the forward, to draw the same dropout masks again in backward. They are kept
-    in one block allocated before the forward: saved one by one (5 KB each on the CPU) between the layers'
-    temporaries, the long-lived states pinned glibc's heap, and resident memory grew by about 2 MiB per layer though
-    the live tensors did not."""
 
-    def __init__(self, count, device):
-        self.device = device
-        self.cpu = torch.empty(count, torch.get_rng_state().numel(), dtype=torch.uint8)
-        self.cuda = (torch.empty(count, torch.cuda.get_rng_state(device).numel(), dtype=torch.uint8)
-                     if device.type == "cuda" else None)
-        self.saved = 0
+class SeededMasks:
+    """Dropout masks from a seed (a 0-d int64 tensor) and the number of masks drawn from it before, so that the
+    same code run again under the same seed draws the same masks. Eager: torch's generator seeded with both (as
+    fast as torch's dropout); traced by ``torch.compile``: a counter-based hash of the element's index
+    (:func:`hashed_bits`), which dynamo follows and inductor fuses into the multiply (a generator's state cannot
+    be traced). The two give different masks for one seed: a compiled step and an eager one agree in law, not in
+    their draws."""
 
-    def save(self) -> int:
-        """Keep the RNG state of this point; returns its slot for :meth:`restored`."""
-        slot, self.saved = self.saved, self.saved + 1
-        self.cpu[slot].copy_(torch.get_rng_state())
-        if self.cuda is not None:
-            self.cuda[slot].copy_(torch.cuda.get_rng_state(self.device))
-        return slot
+    def __init__(self, seed):
+        self.seed, self.drawn = seed, 0
 
-    @contextmanager
-    def restored(self, slot):
-        """A context in which torch's RNG continues from the state saved in ``slot`` (and is as before afterwards)."""
-        with torch.random.fork_rng(devices=[self.device] if self.cuda is not None else []):
-            # (copies: torch 2.13's set_rng_state crashes on a row of a block, a view at an offset)
-            torch.set_rng_state(self.cpu[slot].clone())
-            if self.cuda is not None:
-                torch.cuda.set_rng_state(self.cuda[slot].clone(), self.device)
-            yield
+    def keep(self, like, p):
+        """A mask of ``like``'s shape, dtype and device: 1 / (1 - p) where kept (probability 1 - p), else 0."""
+        self.drawn += 1
+        if torch.compiler.is_compiling():
+            threshold = min(int(p * 2**32), UINT32)
+            kept = hashed_bits(self.seed.to(like.device), self.drawn, like.shape) >= threshold
+            return kept.to(like.dtype) / (1 - p)
+        generator = torch.Generator(like.device).manual_seed(int(self.seed) << 20 | self.drawn)
+        return torch.empty_like(like).bernoulli_(1 - p, generator=generator).div_(1 - p)
+
+
+def mix32(x):
+    """A bijection of 32-bit values that spreads each input bit over all output bits (Wellons' two-multiply
+    hash; its second constant one below 2^31, so that the products of values held in int64 stay below 2^63)."""
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & UINT32
+    x = x ^ (x >> 15)
+    x = (x * 0x5BD1E995) & UINT32
+    return x ^ (x >> 16)
+
+
+def hashed_bits(seed, drawn: int, shape):
+    """Uniform 32-bit values of ``shape`` (int64), a function of ``seed``, ``drawn`` and each element's index."""
+    key = mix32((seed * 0x9E3779B1 + drawn) & UINT32)
+    index = torch.arange(math.prod(shape), device=seed.device).view(shape)
+    return mix32(mix32(index) ^ key)
+
+
+def seeded_masks(seed):
+    """:class:`SeededMasks` of ``seed``, or None (torch's RNG) for none."""
+    return None if seed is None else SeededMasks(seed)
+
+
+def dropout(x, p, training, masks: SeededMasks | None = None):
+    """``nn.functional.dropout``, its mask drawn from ``masks`` where given, else from torch's RNG."""
+    if masks is None or not training or p == 0:
+        return nn.functional.dropout(x, p, training)
+    return x * masks.keep(x, p)
+
+
+class ReplayableDropout(nn.Dropout):
+    """``nn.Dropout`` that takes :class:`SeededMasks` to draw from (no weights: checkpoints are unchanged)."""
+
+    def forward(self, x, masks: SeededMasks | None = None):
+        return dropout(x, self.p, self.training, masks)
 
 
 class ReversibleLayer(GradientCheckpointingLayer):
@@ -54,19 +84,20 @@ class ReversibleLayer(GradientCheckpointingLayer):
         self.feed_forward = feed_forward
 
     def forward(self, x1, x2, attention_mask=None, num_hashes=None, output_attentions=False, record=None,
-                cache=None, padded_length=None):
+                cache=None, padded_length=None, dropout_seeds=None):
         """``(y1, y2, attention probabilities or None)``, each half ``[batch, seq, hidden]``. ``record``: a dict
-        that receives what :meth:`backward_pass` needs to recompute the step (the buckets and RNG states).
-        ``cache``, ``padded_length``: see :meth:`LSHSelfAttention.forward`."""
-        if record is not None:
-            record["attention_rng"] = record["rng_states"].save()
+        that receives the buckets, which :meth:`backward_pass` needs to recompute the step. ``dropout_seeds``:
+        ``[2]`` (int64), the seeds of the attention's and the feed-forward's masks (:class:`SeededMasks`), or None:
+        torch's RNG. ``cache``, ``padded_length``: see :meth:`LSHSelfAttention.forward`."""
+        attention_seed, feed_forward_seed = (None, None) if dropout_seeds is None else dropout_seeds
         attention, buckets, probs = self.attention(x2, attention_mask, num_hashes=num_hashes,
                                                    output_attentions=output_attentions, cache=cache,
-                                                   padded_length=padded_length)
+                                                   padded_length=padded_length,
+                                                   dropout_masks=seeded_masks(attention_seed))
         y1 = x1 + attention
         if record is not None:
-            record["buckets"], record["feed_forward_rng"] = buckets, record["rng_states"].save()
-        return y1, x2 + self.feed_forward(y1), probs
+            record["buckets"] = buckets
+        return y1, x2 + self.feed_forward(y1, seeded_masks(feed_forward_seed)), probs
 
     def backward_pass(self, y1, y2, grad_y1, grad_y2, attention_mask, num_hashes, record, parameter_grads):
         """From this layer's outputs and their gradients, ``(x1, x2, grad_x1, grad_x2)`` (RevNet's backward, Gomez
@@ -74,10 +105,10 @@ class ReversibleLayer(GradientCheckpointingLayer):
         (a new tensor each per layer, live into the next layer's temporaries, fragmented glibc's heap). The gradients
         of the layer's parameters are added to ``parameter_grads`` (:class:`GradientBuffers`), not to ``.grad``, so
         that autograd hands them on once, as for any input (DDP counts on it)."""
+        attention_seed, feed_forward_seed = record["dropout_seeds"]
         with torch.enable_grad():
             y1_leaf = y1.detach().requires_grad_()
-            with record["rng_states"].restored(record["feed_forward_rng"]):
-                feed_forward = self.feed_forward(y1_leaf)
+            feed_forward = self.feed_forward(y1_leaf, seeded_masks(feed_forward_seed))
             (grad_through_y1,) = _grads(feed_forward, y1_leaf, grad_y2, self.feed_forward, parameter_grads)
         with torch.no_grad():
             x2 = y2.sub_(feed_forward)
@@ -85,12 +116,40 @@ class ReversibleLayer(GradientCheckpointingLayer):
         del feed_forward, grad_through_y1
         with torch.enable_grad():
             x2_leaf = x2.detach().requires_grad_()
-            with record["rng_states"].restored(record["attention_rng"]):
-                attention, _, _ = self.attention(x2_leaf, attention_mask, buckets=record["buckets"],
-                                                 num_hashes=num_hashes)
+            attention, _, _ = self.attention(x2_leaf, attention_mask, buckets=record["buckets"],
+                                             num_hashes=num_hashes, dropout_masks=seeded_masks(attention_seed))
             (grad_through_x2,) = _grads(attention, x2_leaf, grad_y1, self.attention, parameter_grads)
         with torch.no_grad():
             return y1.sub_(attention), x2, grad_y1, grad_y2.add_(grad_through_x2)
+
+    def traced_backward_pass(self, y1, y2, grad_y1, grad_y2, attention_mask, num_hashes, buckets, dropout_seeds):
+        """:meth:`backward_pass` as dynamo follows it: each block's input and parameter gradients by
+        ``torch.func.vjp`` of the block as a function of both, out of place. Returns ``(x1, x2, grad_x1, grad_x2,
+        [the gradients of trainable_parameters(), in its order])``."""
+        attention_seed, feed_forward_seed = dropout_seeds
+
+        def feed_forward(y1, parameters):
+            return torch.func.functional_call(self.feed_forward, parameters, (y1, seeded_masks(feed_forward_seed)))
+
+        def attention(x2, parameters):
+            return torch.func.functional_call(self.attention, parameters, (x2, attention_mask), dict(
+                buckets=buckets, num_hashes=num_hashes, dropout_masks=seeded_masks(attention_seed)))[0]
+
+        feed_forward_out, pullback = torch.func.vjp(feed_forward, y1, trainable(self.feed_forward))
+        grad_through_y1, feed_forward_grads = pullback(grad_y2)
+        x2, grad_y1 = y2 - feed_forward_out, grad_y1 + grad_through_y1
+        attention_out, pullback = torch.func.vjp(attention, x2, trainable(self.attention))
+        grad_through_x2, attention_grads = pullback(grad_y1)
+        return (y1 - attention_out, x2, grad_y1, grad_y2 + grad_through_x2,
+                [*attention_grads.values(), *feed_forward_grads.values()])
+
+    def trainable_parameters(self) -> list:
+        """The parameters :meth:`traced_backward_pass` returns gradients of, in its order."""
+        return [*trainable(self.attention).values(), *trainable(self.feed_forward).values()]
+
+
+def trainable(module) -> dict:
+    return {name: parameter for name, parameter in module.named_parameters() if parameter.requires_grad}
 
 
 def is_fsdp_unit(module) -> bool:
@@ -143,17 +202,19 @@ class ReversibleFunction(torch.autograd.Function):
     recomputes each layer's input from its output (:meth:`ReversibleLayer.backward_pass`)."""
 
     @staticmethod
-    def forward(ctx, hidden_states, layers, attention_mask, num_hashes, output_hidden_states, output_attentions,
-                collected, *parameters):
-        """``parameters``: the layers' trainable parameters, inputs of the node so that their gradients are its
-        outputs in backward (one autograd pass: DDP's hooks fire once, no reentrant backward)."""
+    def forward(ctx, hidden_states, layers, attention_mask, num_hashes, dropout_seeds, output_hidden_states,
+                output_attentions, collected, *parameters):
+        """``dropout_seeds``: ``[layers, 2]`` (int64) or None (no dropout); ``parameters``: the layers' trainable
+        parameters, inputs of the node so that their gradients are its outputs in backward (one autograd pass:
+        DDP's hooks fire once, no reentrant backward)."""
         x1, x2 = hidden_states.chunk(2, dim=-1)
-        records, rng_states, bucket_block = [], RNGStates(2 * len(layers), hidden_states.device), None
+        records, bucket_block = [], None
         for index, layer in enumerate(layers):
-            records.append({"rng_states": rng_states})
-            x1, x2, probs = layer(x1, x2, attention_mask, num_hashes, output_attentions, record=records[-1])
+            records.append({"dropout_seeds": (None, None) if dropout_seeds is None else dropout_seeds[index]})
+            x1, x2, probs = layer(x1, x2, attention_mask, num_hashes, output_attentions, record=records[-1],
+                                  dropout_seeds=None if dropout_seeds is None else dropout_seeds[index])
             buckets = records[-1]["buckets"]
-            if buckets is not None:  # kept in one block, as the RNG states (each layer's own pinned the heap)
+            if buckets is not None:  # kept in one block (each layer's own pinned glibc's heap)
                 if bucket_block is None:
                     bucket_block = buckets.new_empty(len(layers), *buckets.shape)
                 if buckets.dtype == bucket_block.dtype:  # (a layer of another bucket count keeps its own)
@@ -182,8 +243,55 @@ class ReversibleFunction(torch.autograd.Function):
             for layer, record in zip(reversed(ctx.layers), reversed(ctx.records)):
                 y1, y2, grad_y1, grad_y2 = layer.backward_pass(y1, y2, grad_y1, grad_y2, ctx.attention_mask,
                                                                ctx.num_hashes, record, parameter_grads)
-        return (torch.cat([grad_y1, grad_y2], dim=-1), None, None, None, None, None, None,
+        return (torch.cat([grad_y1, grad_y2], dim=-1), None, None, None, None, None, None, None,
                 *(parameter_grads.of(parameter) for parameter in ctx.parameters))
 
 
-__all__ = ["GradientBuffers", "ReversibleFunction", "ReversibleLayer", "RNGStates"]
+class TracedReversibleFunction(torch.autograd.Function):
+    """:class:`ReversibleFunction` as ``torch.compile`` takes it, one graph with the rest of the step: the same
+    forward and recomputation, each block's gradients by ``torch.func.vjp``
+    (:meth:`ReversibleLayer.traced_backward_pass`; dynamo does not follow ``torch.autograd.grad``), out of place,
+    and nothing but tensors kept for backward. The states and probabilities of every layer, where asked for, are
+    outputs without gradients, as the eager function's are."""
+
+    @staticmethod
+    def forward(ctx, hidden_states, layers, attention_mask, num_hashes, dropout_seeds, output_hidden_states,
+                output_attentions, *parameters):
+        """``parameters``: each layer's :meth:`~ReversibleLayer.trainable_parameters`, in the layers' order.
+        Returns ``(last hidden states [batch, seq, 2 * hidden], every layer's hidden states (where asked for), every
+        layer's probabilities (where asked for))``."""
+        x1, x2 = hidden_states.chunk(2, dim=-1)
+        buckets, hidden, attentions = [], [], []
+        for index, layer in enumerate(layers):
+            record = {}
+            x1, x2, probs = layer(x1, x2, attention_mask, num_hashes, output_attentions, record=record,
+                                  dropout_seeds=None if dropout_seeds is None else dropout_seeds[index])
+            buckets.append(record["buckets"])
+            if output_hidden_states:
+                hidden.append(torch.cat([x1, x2], dim=-1))
+            if output_attentions:
+                attentions.append(probs)
+        ctx.layers, ctx.num_hashes = layers, num_hashes
+        device = hidden_states.device.type
+        ctx.autocast = dict(device_type=device, enabled=torch.is_autocast_enabled(device),
+                            dtype=torch.get_autocast_dtype(device))
+        ctx.save_for_backward(x1, x2, attention_mask, dropout_seeds, *buckets)
+        ctx.mark_non_differentiable(*hidden, *(probs for probs in attentions if probs is not None))
+        return torch.cat([x1, x2], dim=-1), *hidden, *attentions
+
+    @staticmethod
+    def backward(ctx, grad_hidden_states, *unused):
+        y1, y2, attention_mask, dropout_seeds, *buckets = ctx.saved_tensors
+        grad_y1, grad_y2 = grad_hidden_states.chunk(2, dim=-1)
+        parameter_grads = []
+        with torch.autocast(**ctx.autocast):
+            for index in reversed(range(len(ctx.layers))):
+                seeds = (None, None) if dropout_seeds is None else dropout_seeds[index]
+                y1, y2, grad_y1, grad_y2, grads = ctx.layers[index].traced_backward_pass(
+                    y1, y2, grad_y1, grad_y2, attention_mask, ctx.num_hashes, buckets[index], seeds)
+                parameter_grads = grads + parameter_grads
+        return (torch.cat([grad_y1, grad_y2], dim=-1), None, None, None, None, None, None, *parameter_grads)
+
+
+__all__ = ["GradientBuffers", "ReversibleFunction", "ReversibleLayer", "ReplayableDropout",
+           "SeededMasks", "TracedReversibleFunction", "dropout"]
