@@ -13,14 +13,17 @@ matmul), counted 4 times (forward, backward = 2x forward, the reversible recompu
 has no gradient and is not recomputed (the backward reuses the buckets): once. The kernel's own recompute of the
 scores in its backward is not counted (it is work the machine does, not work the model needs).
 
-Next to it, in the same process, the fp32 matmul throughput of the layer's own shapes (``torch.mm`` of [n, 256] x
-[256, 256], [n, 256] x [256, 512], [n, 512] x [512, 256]: total FLOPs over total time, median of 5), and of one
-chunk's attention shapes (``torch.bmm`` of [heads x chunks, 64, 64] x [.., 64, 128], the size the chunk
-attention's matmuls have).
+After each timed step, in the same process, the fp32 matmul throughput of the layer's own shapes (``torch.mm``
+of [n, 256] x [256, 256], [n, 256] x [256, 512], [n, 512] x [512, 256]: total FLOPs over total time, median of
+5), and of one chunk's attention shapes (``torch.bmm`` of [heads x chunks, 64, 64] x [.., 64, 128], the size the chunk
+attention's matmuls have); the share of torch.mm is the median over the steps of each step's GFLOP/s over the
+throughput measured right after it.
 
     .venv/bin/python benchmarks/rev_lsh_flops.py --out benchmarks/results/rev_lsh_flops    # about 5 minutes
     .venv/bin/python benchmarks/rev_lsh_flops.py --profile lsh 16384   # where the time goes
     .venv/bin/python benchmarks/rev_lsh_flops.py --device cuda --out benchmarks/results/rev_lsh_flops_cuda
+    .venv/bin/python benchmarks/rev_lsh_flops.py --compile --lengths 16384 --kinds lsh local \
+        --out benchmarks/results/rev_lsh_flops_compiled    # torch.compile's step (each point compiles first)
 
 needs psutil in the venv.
 """
@@ -123,46 +126,62 @@ def peak_growth(step, device):
     return torch.cuda.max_memory_allocated() - before
 
 
-def one_point(kind, n, repeats, device="cpu"):
+def one_point(kind, n, repeats, device="cpu", compiled=False):
     """In a fresh process: the step's time and memory, and the same process's matmul throughput (CUDA: float32
-    with TF32 off, so that both sides do the same arithmetic)."""
+    with TF32 off, so that both sides do the same arithmetic). ``compiled``: the model through ``torch.compile``
+    (inductor), compiled by a first step that is neither timed nor measured."""
     import torch
 
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     model = build(kind, n).to(device)
+    if compiled:
+        model = torch.compile(model, fullgraph=True)
     x = torch.randn(1, n, HIDDEN, device=device, requires_grad=True)
     step = synchronized(lambda: model(inputs_embeds=x).last_hidden_state.sum().backward(), device)
+    if compiled:
+        started = time.perf_counter()
+        step()
+        compile_seconds = time.perf_counter() - started
     peak_bytes = peak_growth(step, device)  # warm-up, and the memory point
-    times = []
+    flops, attention_flops = step_flops(kind, n)
+    # each step paired with a measure of the matmul throughput right after it: this machine's throughput drifts
+    # (93-140 GFLOP/s between three runs a minute apart on 12-07, 285-300 on an earlier day)
+    times, throughputs, shares = [], [], []
     for _ in range(repeats):
         started = time.perf_counter()
         step()
         times.append(time.perf_counter() - started)
+        throughputs.append(matmul_throughput(n, device))
+        shares.append(flops / times[-1] / 1e9 / throughputs[-1][0])
     seconds = statistics.median(times)
-    flops, attention_flops = step_flops(kind, n)
-    mm, bmm = matmul_throughput(n, device)
+    mm, bmm = (statistics.median(measure) for measure in zip(*throughputs))
     return {"ms": round(1000 * seconds, 1), "all_ms": [round(1000 * t, 1) for t in times],
             "peak_mib": round(peak_bytes / 2 ** 20, 1), "gflop": round(flops / 1e9, 2),
             "attention_gflop": round(attention_flops / 1e9, 2), "gflops": round(flops / seconds / 1e9, 1),
-            "mm_gflops": round(mm, 1), "bmm_gflops": round(bmm, 1), "threads": torch.get_num_threads(),
-            "device": torch.cuda.get_device_name() if device == "cuda" else "cpu"}
+            "mm_gflops": round(mm, 1), "bmm_gflops": round(bmm, 1),
+            "share_of_mm": round(statistics.median(shares), 3),
+            "all_shares": [round(share, 3) for share in shares], "threads": torch.get_num_threads(),
+            "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+            **({"compile_s": round(compile_seconds, 1)} if compiled else {})}
 
 
-def profile(kind, n):
+def profile(kind, n, compiled=False):
     """``torch.profiler`` over 2 steps after one warm-up: the ops with the most time first."""
     import torch
 
     model = build(kind, n)
+    if compiled:
+        model = torch.compile(model, fullgraph=True)
     x = torch.randn(1, n, HIDDEN, requires_grad=True)
     model(inputs_embeds=x).last_hidden_state.sum().backward()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
         for _ in range(2):
             model(inputs_embeds=x).last_hidden_state.sum().backward()
-    print(f"=== {kind} n={n}, 2 steps")
+    print(f"=== {kind} n={n}, 2 steps{', compiled' if compiled else ''}")
     print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=18, max_name_column_width=55))
 
 
-def table(results, device="cpu") -> str:
+def table(results, device="cpu", compiled=False) -> str:
     lengths = sorted({r["n"] for r in results})
     memory = "peak RSS growth" if device == "cpu" else "peak CUDA memory above the start"
     lines = [f"| layer | n | step (ms) | {memory} (MiB) | model GFLOP (attention) | GFLOP/s | torch.mm GFLOP/s "
@@ -177,10 +196,12 @@ def table(results, device="cpu") -> str:
                 continue
             lines.append(f"| {kind} | {n} | {point['ms']:.0f} | {point['peak_mib']:.0f} | {point['gflop']:.1f} "
                          f"({point['attention_gflop']:.1f}) | {point['gflops']:.1f} | {point['mm_gflops']:.1f} | "
-                         f"{point['gflops'] / point['mm_gflops']:.0%} | {point['bmm_gflops']:.1f} |")
+                         f"{point.get('share_of_mm', point['gflops'] / point['mm_gflops']):.0%} | "
+                         f"{point['bmm_gflops']:.1f} |")
     where = "" if device == "cpu" else f", on {results[0].get('device', 'cuda')} (TF32 off)"
+    how = ", through torch.compile (inductor; the compiling step not counted)" if compiled else ""
     return ("One rev-lsh layer's training step (forward, backward, the reversible recompute), batch 1, float32, "
-            f"each point a fresh process{where}\n\n" + "\n".join(lines) + "\n")
+            f"each point a fresh process{where}{how}\n\n" + "\n".join(lines) + "\n")
 
 
 def main():
@@ -193,14 +214,16 @@ def main():
                         help="full attention up to this n (at 64k one step took 92 s here)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                         help="cuda: the same table on the GPU (memory: the caching allocator's peak)")
+    parser.add_argument("--compile", action="store_true", help="the model through torch.compile (inductor)")
     parser.add_argument("--point", nargs=2, metavar=("KIND", "N"), help=argparse.SUPPRESS)
     parser.add_argument("--profile", nargs=2, metavar=("KIND", "N"), help="profile one point instead")
     args = parser.parse_args()
     if args.profile:
-        profile(args.profile[0], int(args.profile[1]))
+        profile(args.profile[0], int(args.profile[1]), args.compile)
         return
     if args.point:
-        print("RESULT " + json.dumps(one_point(args.point[0], int(args.point[1]), args.repeats, args.device)))
+        print("RESULT " + json.dumps(one_point(args.point[0], int(args.point[1]), args.repeats, args.device,
+                                               args.compile)))
         return
     results = []
     for n in args.lengths:
@@ -210,8 +233,9 @@ def main():
                 results.append({"kind": kind, "n": n, "skipped": f"not run ({flops / 1e12:.0f} TFLOP a step)"})
                 continue
             repeats = 1 if kind == "full" and n > 8192 and args.device == "cpu" else args.repeats
-            completed = subprocess.run([sys.executable, __file__, "--point", kind, str(n), "--repeats",
-                                        str(repeats), "--device", args.device], capture_output=True, text=True)
+            point = ["--point", kind, str(n), "--repeats", str(repeats), "--device", args.device]
+            completed = subprocess.run([sys.executable, __file__, *point, *(["--compile"] if args.compile else [])],
+                                       capture_output=True, text=True)
             if completed.returncode != 0:
                 results.append({"kind": kind, "n": n, "error": completed.stderr.strip().splitlines()[-1][:200]})
             else:
@@ -221,8 +245,8 @@ def main():
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
-    out.with_suffix(".md").write_text(table(results, args.device))
-    print(table(results, args.device))
+    out.with_suffix(".md").write_text(table(results, args.device, args.compile))
+    print(table(results, args.device, args.compile))
 
 
 if __name__ == "__main__":
