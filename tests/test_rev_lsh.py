@@ -86,6 +86,18 @@ def test_a_compiled_reversible_step_is_one_graph_with_the_gradients_of_the_plain
     assert any(grad.abs().sum() > 0 for grad in plain_grads.values())
     assert compiled_step(reversible, 6)[0] != reversible_loss  # other seeds, other masks
 
+    # every layer's states and probabilities come out of the compiled function as out of the eager one
+    reversible.eval()  # (no dropout: the compiled masks are not the eager ones) and gradients on: the function runs
+    asked = dict(input_ids=ids, labels=ids, output_hidden_states=True, output_attentions=True)
+    torch.manual_seed(7)  # the same hashes
+    compiled = torch.compile(reversible, backend="aot_eager", fullgraph=True)(**asked)
+    torch.manual_seed(7)
+    eager = reversible(**asked)
+    assert len(compiled.hidden_states) == len(eager.hidden_states) == 5
+    for got, expected in zip([*compiled.hidden_states, *compiled.attentions],
+                             [*eager.hidden_states, *eager.attentions]):
+        torch.testing.assert_close(got, expected)
+
 
 @pytest.mark.parametrize("traced", [False, True])
 def test_seeded_dropout_masks_repeat_under_one_seed_and_keep_the_asked_share(traced):
