@@ -28,8 +28,8 @@ from .attention_rev_lsh import (FullSelfAttention, LocalSelfAttention, LSHSelfAt
                                padded_to_multiple)
 from .cache_rev_lsh import RevLSHCache, as_rev_lsh_cache
 from .configuration_rev_lsh import RevLSHConfig
-from .reversible_rev_lsh import (ReplayableDropout, ReversibleFunction, ReversibleLayer, SeededMasks,  # noqa: F401
-                                 TracedReversibleFunction, is_fsdp_unit)
+from .reversible_rev_lsh import (ReplayableDropout, ReversibleFunction, ReversibleLayer, TracedReversibleFunction,
+                                 is_fsdp_unit)
 
 logger = logging.get_logger(__name__)
 
@@ -160,7 +160,7 @@ class RevLSHAttentionBlock(nn.Module):
     def forward(self, hidden_states, attention_mask=None, buckets=None, num_hashes=None, output_attentions=False,
                 cache=None, padded_length=None, dropout_masks=None):
         """``(out [batch, seq, hidden], buckets, attention probabilities or None)``; ``cache``, ``padded_length``:
-        see :meth:`LSHSelfAttention.forward`; ``dropout_masks``: :class:`SeededMasks` to draw the masks from (else
+        see :meth:`LSHSelfAttention.forward`; ``dropout_masks``: the ``SeededMasks`` to draw the masks from (else
         torch's RNG)."""
         sdpa = getattr(self.config, "_attn_implementation", "sdpa") == "sdpa"
         out, buckets, probs = self.self_attention(self.layer_norm(hidden_states), attention_mask, buckets=buckets,
@@ -203,7 +203,7 @@ class RevLSHFeedForward(nn.Module):
         self.chunk_size = config.chunk_size_feed_forward
 
     def forward(self, hidden_states, dropout_masks=None):
-        """``dropout_masks``: :class:`SeededMasks` to draw the masks from (else torch's RNG)."""
+        """``dropout_masks``: the ``SeededMasks`` to draw the masks from (else torch's RNG)."""
         if self.chunk_size and hidden_states.shape[1] > self.chunk_size:
             return torch.cat([self._forward_chunk(chunk, dropout_masks)
                               for chunk in hidden_states.split(self.chunk_size, dim=1)], dim=1)
