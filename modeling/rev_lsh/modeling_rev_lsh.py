@@ -29,7 +29,7 @@ from .attention_rev_lsh import (FullSelfAttention, LocalSelfAttention, LSHSelfAt
 from .cache_rev_lsh import RevLSHCache, as_rev_lsh_cache
 from .configuration_rev_lsh import RevLSHConfig
 from .reversible_rev_lsh import (ReplayableDropout, ReversibleFunction, ReversibleLayer, TracedReversibleFunction,
-                                 is_fsdp_unit)
+                                 is_fsdp_unit, layer_seeds)
 
 logger = logging.get_logger(__name__)
 
@@ -532,7 +532,7 @@ class RevLSHModel(RevLSHPreTrainedModel):
             for index, layer in enumerate(self.layers):
                 x1, x2, probs = layer(x1, x2, attention_mask, num_hashes, output_attentions,
                                       cache=None if cache is None else cache.layers[index],
-                                      dropout_seeds=None if seeds is None else seeds[index])
+                                      dropout_seeds=layer_seeds(seeds, index))
                 if output_hidden_states:  # (all of them kept, inference memory grew with depth)
                     collected["hidden_states"].append(torch.cat([x1, x2], dim=-1))
                     x1, x2 = collected["hidden_states"][-1].chunk(2, dim=-1)

@@ -55,9 +55,21 @@ def hashed_bits(seed, drawn: int, shape):
     return mix32(mix32(index) ^ key)
 
 
-def seeded_masks(seed):
-    """:class:`SeededMasks` of ``seed``, or None (torch's RNG) for none."""
-    return None if seed is None else SeededMasks(seed)
+def block_masks(dropout_seeds):
+    """``(the attention block's, the feed-forward block's)`` :class:`SeededMasks` from a layer's ``[2]`` seeds, or
+    ``(None, None)`` (torch's RNG) for None."""
+    return (None, None) if dropout_seeds is None else tuple(SeededMasks(seed) for seed in dropout_seeds)
+
+
+def layer_seeds(dropout_seeds, index):
+    """Layer ``index``'s row of the stack's ``[layers, 2]`` seeds, or None."""
+    return None if dropout_seeds is None else dropout_seeds[index]
+
+
+def forward_autocast(device) -> dict:
+    """The autocast state the forward runs under, for the backward to recompute under it (as checkpoint does)."""
+    return dict(device_type=device.type, enabled=torch.is_autocast_enabled(device.type),
+                dtype=torch.get_autocast_dtype(device.type))
 
 
 def dropout(x, p, training, masks: SeededMasks | None = None):
@@ -86,18 +98,17 @@ class ReversibleLayer(GradientCheckpointingLayer):
     def forward(self, x1, x2, attention_mask=None, num_hashes=None, output_attentions=False, record=None,
                 cache=None, padded_length=None, dropout_seeds=None):
         """``(y1, y2, attention probabilities or None)``, each half ``[batch, seq, hidden]``. ``record``: a dict
-        that receives the buckets, which :meth:`backward_pass` needs to recompute the step. ``dropout_seeds``:
+        that receives the buckets and seeds, which :meth:`backward_pass` needs to recompute the step. ``dropout_seeds``:
         ``[2]`` (int64), the seeds of the attention's and the feed-forward's masks (:class:`SeededMasks`), or None:
         torch's RNG. ``cache``, ``padded_length``: see :meth:`LSHSelfAttention.forward`."""
-        attention_seed, feed_forward_seed = (None, None) if dropout_seeds is None else dropout_seeds
+        attention_masks, feed_forward_masks = block_masks(dropout_seeds)
         attention, buckets, probs = self.attention(x2, attention_mask, num_hashes=num_hashes,
                                                    output_attentions=output_attentions, cache=cache,
-                                                   padded_length=padded_length,
-                                                   dropout_masks=seeded_masks(attention_seed))
+                                                   padded_length=padded_length, dropout_masks=attention_masks)
         y1 = x1 + attention
         if record is not None:
-            record["buckets"] = buckets
-        return y1, x2 + self.feed_forward(y1, seeded_masks(feed_forward_seed)), probs
+            record["buckets"], record["dropout_seeds"] = buckets, dropout_seeds
+        return y1, x2 + self.feed_forward(y1, feed_forward_masks), probs
 
     def backward_pass(self, y1, y2, grad_y1, grad_y2, attention_mask, num_hashes, record, parameter_grads):
         """From this layer's outputs and their gradients, ``(x1, x2, grad_x1, grad_x2)`` (RevNet's backward, Gomez
@@ -105,10 +116,10 @@ class ReversibleLayer(GradientCheckpointingLayer):
         (a new tensor each per layer, live into the next layer's temporaries, fragmented glibc's heap). The gradients
         of the layer's parameters are added to ``parameter_grads`` (:class:`GradientBuffers`), not to ``.grad``, so
         that autograd hands them on once, as for any input (DDP counts on it)."""
-        attention_seed, feed_forward_seed = record["dropout_seeds"]
+        attention_masks, feed_forward_masks = block_masks(record["dropout_seeds"])
         with torch.enable_grad():
             y1_leaf = y1.detach().requires_grad_()
-            feed_forward = self.feed_forward(y1_leaf, seeded_masks(feed_forward_seed))
+            feed_forward = self.feed_forward(y1_leaf, feed_forward_masks)
             (grad_through_y1,) = _grads(feed_forward, y1_leaf, grad_y2, self.feed_forward, parameter_grads)
         with torch.no_grad():
             x2 = y2.sub_(feed_forward)
@@ -117,7 +128,7 @@ class ReversibleLayer(GradientCheckpointingLayer):
         with torch.enable_grad():
             x2_leaf = x2.detach().requires_grad_()
             attention, _, _ = self.attention(x2_leaf, attention_mask, buckets=record["buckets"],
-                                             num_hashes=num_hashes, dropout_masks=seeded_masks(attention_seed))
+                                             num_hashes=num_hashes, dropout_masks=attention_masks)
             (grad_through_x2,) = _grads(attention, x2_leaf, grad_y1, self.attention, parameter_grads)
         with torch.no_grad():
             return y1.sub_(attention), x2, grad_y1, grad_y2.add_(grad_through_x2)
@@ -126,14 +137,13 @@ class ReversibleLayer(GradientCheckpointingLayer):
         """:meth:`backward_pass` as dynamo follows it: each block's input and parameter gradients by
         ``torch.func.vjp`` of the block as a function of both, out of place. Returns ``(x1, x2, grad_x1, grad_x2,
         [the gradients of trainable_parameters(), in its order])``."""
-        attention_seed, feed_forward_seed = dropout_seeds
 
-        def feed_forward(y1, parameters):
-            return torch.func.functional_call(self.feed_forward, parameters, (y1, seeded_masks(feed_forward_seed)))
+        def feed_forward(y1, parameters):  # (masks made inside: dynamo refuses mutating an object from outside)
+            return torch.func.functional_call(self.feed_forward, parameters, (y1, block_masks(dropout_seeds)[1]))
 
         def attention(x2, parameters):
             return torch.func.functional_call(self.attention, parameters, (x2, attention_mask), dict(
-                buckets=buckets, num_hashes=num_hashes, dropout_masks=seeded_masks(attention_seed)))[0]
+                buckets=buckets, num_hashes=num_hashes, dropout_masks=block_masks(dropout_seeds)[0]))[0]
 
         feed_forward_out, pullback = torch.func.vjp(feed_forward, y1, trainable(self.feed_forward))
         grad_through_y1, feed_forward_grads = pullback(grad_y2)
@@ -210,9 +220,9 @@ class ReversibleFunction(torch.autograd.Function):
         x1, x2 = hidden_states.chunk(2, dim=-1)
         records, bucket_block = [], None
         for index, layer in enumerate(layers):
-            records.append({"dropout_seeds": (None, None) if dropout_seeds is None else dropout_seeds[index]})
+            records.append({})
             x1, x2, probs = layer(x1, x2, attention_mask, num_hashes, output_attentions, record=records[-1],
-                                  dropout_seeds=None if dropout_seeds is None else dropout_seeds[index])
+                                  dropout_seeds=layer_seeds(dropout_seeds, index))
             buckets = records[-1]["buckets"]
             if buckets is not None:  # kept in one block (each layer's own pinned glibc's heap)
                 if bucket_block is None:
@@ -224,10 +234,7 @@ class ReversibleFunction(torch.autograd.Function):
             if output_attentions:
                 collected["attentions"].append(probs)
         ctx.layers, ctx.records, ctx.attention_mask, ctx.num_hashes = layers, records, attention_mask, num_hashes
-        ctx.parameters = parameters
-        device = hidden_states.device.type  # the backward recomputes under the forward's autocast, as checkpoint does
-        ctx.autocast = dict(device_type=device, enabled=torch.is_autocast_enabled(device),
-                            dtype=torch.get_autocast_dtype(device))
+        ctx.parameters, ctx.autocast = parameters, forward_autocast(hidden_states.device)
         ctx.save_for_backward(x1, x2)
         return torch.cat([x1, x2], dim=-1)
 
@@ -265,16 +272,13 @@ class TracedReversibleFunction(torch.autograd.Function):
         for index, layer in enumerate(layers):
             record = {}
             x1, x2, probs = layer(x1, x2, attention_mask, num_hashes, output_attentions, record=record,
-                                  dropout_seeds=None if dropout_seeds is None else dropout_seeds[index])
+                                  dropout_seeds=layer_seeds(dropout_seeds, index))
             buckets.append(record["buckets"])
             if output_hidden_states:
                 hidden.append(torch.cat([x1, x2], dim=-1))
             if output_attentions:
                 attentions.append(probs)
-        ctx.layers, ctx.num_hashes = layers, num_hashes
-        device = hidden_states.device.type
-        ctx.autocast = dict(device_type=device, enabled=torch.is_autocast_enabled(device),
-                            dtype=torch.get_autocast_dtype(device))
+        ctx.layers, ctx.num_hashes, ctx.autocast = layers, num_hashes, forward_autocast(hidden_states.device)
         ctx.save_for_backward(x1, x2, attention_mask, dropout_seeds, *buckets)
         ctx.mark_non_differentiable(*hidden, *(probs for probs in attentions if probs is not None))
         return torch.cat([x1, x2], dim=-1), *hidden, *attentions
@@ -286,9 +290,9 @@ class TracedReversibleFunction(torch.autograd.Function):
         parameter_grads = []
         with torch.autocast(**ctx.autocast):
             for index in reversed(range(len(ctx.layers))):
-                seeds = (None, None) if dropout_seeds is None else dropout_seeds[index]
                 y1, y2, grad_y1, grad_y2, grads = ctx.layers[index].traced_backward_pass(
-                    y1, y2, grad_y1, grad_y2, attention_mask, ctx.num_hashes, buckets[index], seeds)
+                    y1, y2, grad_y1, grad_y2, attention_mask, ctx.num_hashes, buckets[index],
+                    layer_seeds(dropout_seeds, index))
                 parameter_grads = grads + parameter_grads
         return (torch.cat([grad_y1, grad_y2], dim=-1), None, None, None, None, None, None, *parameter_grads)
 
