@@ -99,6 +99,34 @@ def test_a_compiled_reversible_step_is_one_graph_with_the_gradients_of_the_plain
         torch.testing.assert_close(got, expected)
 
 
+def test_a_compiled_step_through_the_fused_kernel_has_the_eager_gradients():
+    """Without attention dropout the layers attend through the fused kernel, which a traced graph runs in pieces of
+    a length-free count (each round's edges and inner chunks), with gathers whose backward gathers: float64, two
+    rounds of 8 chunks and a padded row, the compiled reversible step's loss and gradients are the eager plain
+    stack's."""
+    torch.manual_seed(0)
+    settings = dict(attn_layers=["lsh", "local", "lsh"], position_embedding_type="rotary", hash_seed=0,
+                    lsh_attention_probs_dropout_prob=0.0)
+    reversible = RevLSHForMaskedLM(tiny_rev_lsh(**settings)).double().train()
+    plain = RevLSHForMaskedLM(tiny_rev_lsh(**settings, reversible=False)).double().train()
+    plain.load_state_dict(reversible.state_dict())
+    ids = torch.randint(5, 99, (2, 30))
+    mask = torch.ones_like(ids)
+    mask[1, 23:] = 0
+
+    def step(model, call):
+        loss = call(input_ids=ids, attention_mask=mask, labels=ids).loss
+        loss.backward()
+        return loss, {name: p.grad for name, p in model.named_parameters()}
+
+    compiled_loss, compiled_grads = step(reversible, torch.compile(reversible, backend="aot_eager", fullgraph=True))
+    eager_loss, eager_grads = step(plain, plain)
+    torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-12, atol=0)
+    for name, grad in eager_grads.items():
+        torch.testing.assert_close(compiled_grads[name], grad, rtol=1e-9, atol=1e-12, msg=name)
+    assert all(grad.abs().sum() > 0 for name, grad in eager_grads.items() if "attention" in name)
+
+
 @pytest.mark.parametrize("traced", [False, True])
 def test_seeded_dropout_masks_repeat_under_one_seed_and_keep_the_asked_share(traced):
     """Eager (torch's generator) and traced (the counter-based hash): one seed and count, one mask; another seed or

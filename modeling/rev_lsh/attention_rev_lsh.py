@@ -232,6 +232,8 @@ def pad_chunks_circularly(chunks, before, after):
     order = torch.where(order < 0, order + count, torch.where(order >= count, order - count, order))
     if torch.onnx.is_in_onnx_export():  # (ONNX cannot take index_select's numel of a traced index)
         return chunks[:, :, order]
+    if torch.compiler.is_compiling():  # (index_select's backward would scatter-add: see PermutedRows)
+        return torch.cat([chunks[:, :, count - before:], chunks, chunks[:, :, :after]], dim=2)
     return chunks.index_select(2, order)  # (its backward, index_add, runs 2x an indexing's on the CPU)
 
 
@@ -243,8 +245,19 @@ def windows_fit(num_chunks, before, after) -> bool:
 
 def key_windows(padded, start, stop, width):
     """Chunks ``start .. stop`` of ``padded`` ``[n, chunks, chunk, d]`` (contiguous), each with the ``width - 1``
-    chunks after it: ``[n, stop - start, width * chunk, d]``, a view (the windows overlap)."""
-    return padded[:, start:stop + width - 1].unfold(1, width, 1).permute(0, 1, 4, 2, 3).flatten(2, 3)
+    chunks after it: ``[n, stop - start, width * chunk, d]``, a view (the windows overlap). (as_strided, not
+    unfold: inductor then writes the padded tensor once and passes the kernel views of it, where an unfold's
+    windows were each computed in full, the keys twice.)"""
+    n, chunks, chunk, d = padded.shape
+    return padded[:, start:].as_strided((n, stop - start, width * chunk, d), (chunks * chunk * d, chunk * d, d, 1))
+
+
+def summed_windows(grad_windows, width):
+    """The gradient of a padded tensor ``[n, chunks + width - 1, chunk, d]`` from its windows' (:func:`key_windows`)
+    ``[n, chunks, width * chunk, d]``: each padded chunk's share from every window that holds it."""
+    slots = grad_windows.unflatten(2, (width, -1))
+    return sum(nn.functional.pad(slots[:, :, offset], (0, 0, 0, 0, offset, width - 1 - offset))
+               for offset in range(width))
 
 
 def window_masks(query_positions, key_positions, key_mask, causal, mask_self, start, stop, batch_heads, dtype,
@@ -261,7 +274,8 @@ def window_masks(query_positions, key_positions, key_mask, causal, mask_self, st
     if self_slots is not None:
         shape = (batch * heads, stop - start, *self_slots.shape)
         self_mask = torch.where(self_slots, self_mask_value(dtype), 0.0).to(dtype)
-        return self_mask.expand(shape), self_slots.new_ones(()).expand(*shape[:-1], 1), None
+        # [1, 1, q, k], which the kernels broadcast: a stride-0 view of it would be written in full by inductor
+        return self_mask[None, None], self_slots.new_ones(()).expand(*shape[:-1], 1), None
     query_positions, key_positions = query_positions[..., start:stop, :], key_positions[..., start:stop, :]
     key_mask = None if key_mask is None else key_mask[..., start:stop, :]
     allowed = allowed_keys(query_positions, key_positions, key_mask, causal)
@@ -286,21 +300,26 @@ def window_masks(query_positions, key_positions, key_mask, causal, mask_self, st
 
 def chunk_pieces(num_chunks, bytes_per_chunk, device, round_chunks=None, width=1):
     """``(start, stop, within_a_round)`` of the pieces the kernel runs over (see :data:`PIECE_BYTES`;
-    ``bytes_per_chunk()`` gives a chunk's share; traced (torch.compile, torch.export), one piece; on a GPU,
-    whose caching allocator reuses blocks of any size, one piece, not within a round). ``round_chunks``: the chunks
-    of one hash round (LSH); the pieces are then also split where a chunk's window (``width`` chunks) may reach into
-    another round, and a piece of chunks whose windows stay inside theirs is ``within_a_round``."""
-    if device.type != "cpu" or torch.compiler.is_compiling():  # (a traced graph: one piece, any shape)
+    ``bytes_per_chunk()`` gives a chunk's share; on a GPU, whose caching allocator reuses blocks of any size, one
+    piece, not within a round). ``round_chunks``: the chunks of one hash round (LSH); the pieces are then also split
+    where a chunk's window (``width`` chunks) may reach into another round, and a piece of chunks whose windows stay
+    inside theirs is ``within_a_round``. Traced (torch.compile, torch.export): no split by size, so that the count
+    of pieces does not depend on the length (a graph for any length holds them): one piece, or with ``round_chunks``
+    each round's edges and its inner chunks."""
+    traced = torch.compiler.is_compiling()
+    if device.type != "cpu" or (traced and not round_chunks):
         return [(0, num_chunks, False)]
-    step = max(1, PIECE_BYTES // max(1, bytes_per_chunk()))
+    step = num_chunks if traced else max(1, PIECE_BYTES // max(1, bytes_per_chunk()))
     if not round_chunks or round_chunks < 2 * width:
         return [(start, min(start + step, num_chunks), False) for start in range(0, num_chunks, step)]
     pieces = []
-    for round_start in range(0, num_chunks, round_chunks):  # the edges: width - 1 chunks at each end of a round
+    for round_index in range(num_chunks // round_chunks):  # the edges: width - 1 chunks at each end of a round
+        round_start = round_index * round_chunks
         edge, inner_stop = round_start + width - 1, round_start + round_chunks - (width - 1)
-        pieces += [(start, start + 1, False) for start in range(round_start, edge)]
-        pieces += [(start, min(start + step, inner_stop), True) for start in range(edge, inner_stop, step)]
-        pieces += [(start, start + 1, False) for start in range(inner_stop, round_start + round_chunks)]
+        pieces += [(round_start + i, round_start + i + 1, False) for i in range(width - 1)]
+        pieces += ([(edge, inner_stop, True)] if traced else
+                   [(start, min(start + step, inner_stop), True) for start in range(edge, inner_stop, step)])
+        pieces += [(inner_stop + i, inner_stop + i + 1, False) for i in range(width - 1)]
     return pieces
 
 
@@ -366,31 +385,40 @@ class FusedWindowAttention(torch.autograd.Function):
         batch, heads = ctx.shape
         if grad_out is None and grad_logsumexp is None:
             return (None,) * 9
-        grad_out = torch.zeros_like(out) if grad_out is None else grad_out.reshape(out.shape)
+        grad_out = None if grad_out is None else grad_out.reshape(out.shape)
         grad_logsumexp = None if grad_logsumexp is None else grad_logsumexp.reshape(out.shape[:-1])
-        grad_queries = torch.empty_like(queries)
-        grad_keys, grad_values = torch.empty_like(padded_keys), torch.empty_like(padded_values)
-        num_chunks, chunk = queries.shape[1], padded_keys.shape[2]
-        for grad in (grad_keys, grad_values):  # the padding after the last chunk's: only ever added to
-            grad[:, num_chunks:].zero_()
-        # last piece first: window slot `offset` of chunk c is padded chunk c + offset, so a piece's slot 0 is
-        # written (copied) before anything is added to it, by the pieces before it
-        for start, stop, within_a_round in reversed(ctx.pieces):
+        def piece_gradients(start, stop, within_a_round):
             piece = slice(start, stop)
             additive_mask = window_masks(query_positions, key_positions, key_mask, ctx.causal, ctx.mask_self, start,
                                          stop, ctx.shape, queries.dtype,
                                          None if sees_others is None else sees_others[:, piece],
                                          ctx.self_slots if within_a_round else None)[0]
-            piece_grad_logsumexp = None if grad_logsumexp is None else grad_logsumexp[:, piece]
-            piece_grads = kernel_backward(grad_out[:, piece], piece_grad_logsumexp, queries[:, piece],
-                                          key_windows(padded_keys, start, stop, ctx.width),
-                                          key_windows(padded_values, start, stop, ctx.width), out[:, piece],
-                                          logsumexp[:, piece], additive_mask)
-            grad_queries[:, piece] = piece_grads[0]
-            for grad, piece_grad in zip((grad_keys, grad_values), piece_grads[1:]):
-                grad[:, piece].copy_(piece_grad[:, :, :chunk])
-                for offset in range(1, ctx.width):
-                    grad[:, start + offset:stop + offset] += piece_grad[:, :, offset * chunk:(offset + 1) * chunk]
+            in_piece = lambda x: None if x is None else x[:, piece]  # noqa: E731
+            return kernel_backward(in_piece(grad_out), in_piece(grad_logsumexp), queries[:, piece],
+                                   key_windows(padded_keys, start, stop, ctx.width),
+                                   key_windows(padded_values, start, stop, ctx.width), out[:, piece],
+                                   logsumexp[:, piece], additive_mask)
+
+        if torch.compiler.is_compiling():  # (functional: in-place updates of slices cost a graph a pass each)
+            grads = [piece_gradients(*piece) for piece in ctx.pieces]
+            join = lambda k: grads[0][k] if len(grads) == 1 else torch.cat([g[k] for g in grads], dim=1)  # noqa: E731
+            grad_queries = join(0)
+            grad_keys, grad_values = (summed_windows(join(k), ctx.width) for k in (1, 2))
+        else:
+            grad_queries = torch.empty_like(queries)
+            grad_keys, grad_values = torch.empty_like(padded_keys), torch.empty_like(padded_values)
+            num_chunks, chunk = queries.shape[1], padded_keys.shape[2]
+            for grad in (grad_keys, grad_values):  # the padding after the last chunk's: only ever added to
+                grad[:, num_chunks:].zero_()
+            # last piece first: window slot `offset` of chunk c is padded chunk c + offset, so a piece's slot 0 is
+            # written (copied) before anything is added to it, by the pieces before it
+            for start, stop, within_a_round in reversed(ctx.pieces):
+                piece_grads = piece_gradients(start, stop, within_a_round)
+                grad_queries[:, start:stop] = piece_grads[0]
+                for grad, piece_grad in zip((grad_keys, grad_values), piece_grads[1:]):
+                    grad[:, start:stop].copy_(piece_grad[:, :, :chunk])
+                    for offset in range(1, ctx.width):
+                        grad[:, start + offset:stop + offset] += piece_grad[:, :, offset * chunk:(offset + 1) * chunk]
         unflat = lambda x: x.view(batch, heads, *x.shape[1:])  # noqa: E731
         return unflat(grad_queries), unflat(grad_keys), unflat(grad_values), None, None, None, None, None, None
 
@@ -400,11 +428,13 @@ def self_slots(query_positions, key_positions, pieces):
     such chunk (the same slots in every one: its own chunk's place in the window); None if there is none, or if
     that chunk breaks the rule (a query without its key, or with two copies of it)."""
     start = next((start for start, _, within_a_round in pieces if within_a_round), None)
-    if start is None or torch.compiler.is_compiling():  # (a compiled graph cannot branch on the data)
+    if start is None:
         return None
     first = lambda x: x.reshape(-1, *x.shape[-2:])[0, start]  # noqa: E731
     itself = first(query_positions).unsqueeze(-1) == first(key_positions).unsqueeze(-2)
-    return itself if bool((itself.sum(-1) == 1).all()) else None
+    # a compiled graph cannot branch on the data: it takes the rule as given (a round sorts each token once, so a
+    # window within it holds each once, its own among them)
+    return itself if torch.compiler.is_compiling() or bool((itself.sum(-1) == 1).all()) else None
 
 
 def kernel_backward(grad_out, grad_logsumexp, queries, keys, values, out, logsumexp, additive_mask):
@@ -412,12 +442,19 @@ def kernel_backward(grad_out, grad_logsumexp, queries, keys, values, out, logsum
     (None: not read)."""
     if grad_logsumexp is None:
         return kernel_gradients(grad_out, queries, keys, values, out, logsumexp, additive_mask)
+    if grad_out is None:
+        return kernel_backward_with_a_free_column(torch.zeros_like(out), grad_logsumexp, queries, keys, values, out,
+                                                  logsumexp, additive_mask)
     # d logsumexp / d scores is the softmax P; the kernel's backward forms P * (grad_out . v - D) with
     # D = rowsum(grad_out * out). An out moved along grad_out by grad_logsumexp / |grad_out|^2 turns D into
     # D - grad_logsumexp: the log-sum-exp's gradient joins the scores' without P being built.
     squared_norm = torch.linalg.vector_norm(grad_out, dim=-1, keepdim=True, dtype=logsumexp.dtype).square()
-    # (a compiled graph takes the exact path always: it cannot branch on the data)
-    if torch.compiler.is_compiling() or bool(((squared_norm == 0) & (grad_logsumexp.unsqueeze(-1) != 0)).any()):
+    # A row whose grad_out is 0 and log-sum-exp's gradient is not needs the free column. A compiled graph cannot
+    # look for one (a branch on the data) and moves out always: the layers give such a row only where both
+    # gradients underflow together (an LSH round's two carry its weight, which is what underflows), the
+    # log-sum-exp's then at most 64 x |v| x the smallest subnormal.
+    if not torch.compiler.is_compiling() and bool(((squared_norm == 0)
+                                                   & (grad_logsumexp.unsqueeze(-1) != 0)).any()):
         return kernel_backward_with_a_free_column(grad_out, grad_logsumexp, queries, keys, values, out, logsumexp,
                                                   additive_mask)
     shift = torch.where(squared_norm > 0, grad_logsumexp.unsqueeze(-1) / squared_norm.clamp_min(1e-30), 0.0)
@@ -845,8 +882,18 @@ class LSHSelfAttention(DecodesFromTheCache, nn.Module):
             sorted_key_mask = key_mask.expand(batch, heads, seq).gather(2, key_positions.flatten(2)).view(
                 key_positions.shape)
         num_chunks = query_positions.shape[2]
-        if (fused and fused_kernel_applies(query_keys, self.dropout, self.training)
-                and windows_fit(num_chunks, self.chunks_before, self.chunks_after)):
+        undo = order.argsort(dim=-1)
+        fused = (fused and fused_kernel_applies(query_keys, self.dropout, self.training)
+                 and windows_fit(num_chunks, self.chunks_before, self.chunks_after))
+        if fused and torch.compiler.is_compiling():  # (see PermutedRows; padded by slices, whose backward adds)
+            sorted_rows = lambda x: into_chunks(PermutedRows.apply(x, positions, undo), self.chunk_length)  # noqa: E731
+            padded = lambda x: pad_chunks_circularly(x, self.chunks_before, self.chunks_after)  # noqa: E731
+            sorted_queries = sorted_rows(query_keys)
+            out, logsumexp, probs = attend_in_windows(
+                sorted_queries, padded(sorted_queries * sorted_rows(key_scale(query_keys))),
+                padded(sorted_rows(values)), query_positions, key_positions, sorted_key_mask, self.causal,
+                round_chunks=num_chunks // num_hashes)
+        elif fused:
             # sorted straight into the padded order: the keys' windows are views of it, and the rows' gather's backward
             # sums the padding's gradients into the tokens'
             padded_positions = pad_chunks_circularly(query_positions, self.chunks_before, self.chunks_after)
@@ -868,9 +915,12 @@ class LSHSelfAttention(DecodesFromTheCache, nn.Module):
                                            look_adjacent(sorted_values, self.chunks_before, self.chunks_after),
                                            query_positions, key_positions, sorted_key_mask, self.causal,
                                            self.dropout, self.training, dropout_masks=dropout_masks)
-        undo = order.argsort(dim=-1)
-        out = gather_rows(out.flatten(2, 3), undo)
-        logsumexp = logsumexp.flatten(2).gather(2, undo)
+        if fused and torch.compiler.is_compiling():
+            out = PermutedRows.apply(out.flatten(2, 3), undo, order)
+            logsumexp = PermutedRows.apply(logsumexp.flatten(2).unsqueeze(-1), undo, order).squeeze(-1)
+        else:
+            out = gather_rows(out.flatten(2, 3), undo)
+            logsumexp = logsumexp.flatten(2).gather(2, undo)
         out = out.view(batch, heads, num_hashes, seq, d)
         if num_hashes == 1:
             if dense_length is not None:
@@ -904,6 +954,23 @@ def gather_rows(rows, positions):
     batch, heads, n, d = rows.shape
     offsets = torch.arange(batch * heads, device=rows.device).view(batch, heads, 1) * n
     return rows.reshape(-1, d).index_select(0, (positions + offsets).flatten()).view(batch, heads, -1, d)
+
+
+class PermutedRows(torch.autograd.Function):
+    """:func:`gather_rows` by ``positions`` that list each of the ``n`` rows once per round (``[batch, heads,
+    rounds * n]``), ``inverse`` the slot each (round, row) went to: the backward gathers by ``inverse`` and sums the
+    rounds, where a gather's would scatter-add (in a compiled CPU graph, an atomic add per element)."""
+
+    @staticmethod
+    def forward(ctx, rows, positions, inverse):
+        ctx.save_for_backward(inverse)
+        ctx.rows = rows.shape[2]
+        return gather_rows(rows, positions)
+
+    @staticmethod
+    def backward(ctx, grad):
+        inverse, = ctx.saved_tensors
+        return gather_rows(grad, inverse).unflatten(2, (-1, ctx.rows)).sum(2), None, None
 
 
 def masks_nothing(attention_mask) -> bool:
