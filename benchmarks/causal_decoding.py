@@ -155,6 +155,7 @@ def assisted_table(args):
             # untrained model's flat distributions do at once: each round would draft one token
             assistant.generation_config.assistant_confidence_threshold = args.confidence_threshold
             assistant.generation_config.num_assistant_tokens = args.draft
+            assistant.generation_config.num_assistant_tokens_schedule = args.schedule
             plain, assisted = [], []
             for _ in range(args.rounds):
                 seconds, expected = timed_generate(model, prompt, args.new)
@@ -197,6 +198,9 @@ def main():
     parser.add_argument("--draft", type=int, default=8, help="the assistant's tokens a round (num_assistant_tokens)")
     parser.add_argument("--confidence-threshold", type=float, default=0.0,
                         help="assistant_confidence_threshold (transformers' default: 0.4)")
+    parser.add_argument("--schedule", default="constant", choices=("constant", "heuristic", "heuristic_transient"),
+                        help="num_assistant_tokens_schedule (heuristic: a draft 2 longer after a round all accepted, "
+                             "1 shorter after one that was not, at least 1)")
     parser.add_argument("--out", default="benchmarks/results/causal_decoding")
     args = parser.parse_args()
     torch.set_num_threads(torch.get_num_threads())
