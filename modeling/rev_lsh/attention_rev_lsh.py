@@ -387,6 +387,7 @@ class FusedWindowAttention(torch.autograd.Function):
             return (None,) * 9
         grad_out = None if grad_out is None else grad_out.reshape(out.shape)
         grad_logsumexp = None if grad_logsumexp is None else grad_logsumexp.reshape(out.shape[:-1])
+
         def piece_gradients(start, stop, within_a_round):
             piece = slice(start, stop)
             additive_mask = window_masks(query_positions, key_positions, key_mask, ctx.causal, ctx.mask_self, start,
@@ -885,7 +886,8 @@ class LSHSelfAttention(DecodesFromTheCache, nn.Module):
         undo = order.argsort(dim=-1)
         fused = (fused and fused_kernel_applies(query_keys, self.dropout, self.training)
                  and windows_fit(num_chunks, self.chunks_before, self.chunks_after))
-        if fused and torch.compiler.is_compiling():  # (see PermutedRows; padded by slices, whose backward adds)
+        traced_gathers = fused and torch.compiler.is_compiling()  # (see PermutedRows; padded by slices)
+        if traced_gathers:
             sorted_rows = lambda x: into_chunks(PermutedRows.apply(x, positions, undo), self.chunk_length)  # noqa: E731
             padded = lambda x: pad_chunks_circularly(x, self.chunks_before, self.chunks_after)  # noqa: E731
             sorted_queries = sorted_rows(query_keys)
@@ -915,7 +917,7 @@ class LSHSelfAttention(DecodesFromTheCache, nn.Module):
                                            look_adjacent(sorted_values, self.chunks_before, self.chunks_after),
                                            query_positions, key_positions, sorted_key_mask, self.causal,
                                            self.dropout, self.training, dropout_masks=dropout_masks)
-        if fused and torch.compiler.is_compiling():
+        if traced_gathers:
             out = PermutedRows.apply(out.flatten(2, 3), undo, order)
             logsumexp = PermutedRows.apply(logsumexp.flatten(2).unsqueeze(-1), undo, order).squeeze(-1)
         else:
