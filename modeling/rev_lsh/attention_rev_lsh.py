@@ -227,13 +227,14 @@ def pad_chunks_circularly(chunks, before, after):
     if before == 0 and after == 0:
         return chunks
     count = chunks.shape[2]
+    if torch.compiler.is_compiling() and not torch.onnx.is_in_onnx_export():
+        # by slices: index_select's backward would scatter-add (see PermutedRows)
+        return torch.cat([chunks[:, :, count - before:], chunks, chunks[:, :, :after]], dim=2)
     order = torch.arange(-before, count + after, device=chunks.device)
     # (wrapped by hand, not a remainder by the count: ONNX cannot take a tensor modulo a traced size)
     order = torch.where(order < 0, order + count, torch.where(order >= count, order - count, order))
     if torch.onnx.is_in_onnx_export():  # (ONNX cannot take index_select's numel of a traced index)
         return chunks[:, :, order]
-    if torch.compiler.is_compiling():  # (index_select's backward would scatter-add: see PermutedRows)
-        return torch.cat([chunks[:, :, count - before:], chunks, chunks[:, :, :after]], dim=2)
     return chunks.index_select(2, order)  # (its backward, index_add, runs 2x an indexing's on the CPU)
 
 
