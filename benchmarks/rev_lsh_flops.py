@@ -19,6 +19,12 @@ of [n, 256] x [256, 256], [n, 256] x [256, 512], [n, 512] x [512, 256]: total FL
 attention's matmuls have); the share of torch.mm is the median over the steps of each step's GFLOP/s over the
 throughput measured right after it.
 
+Memory: as ``hf-plm-ext pretrain`` trains on a CPU, each point's process keeps what a step frees for the next
+(``hf_plm_ext.training.cpu_memory.retain_freed_memory``); ``--default-malloc`` measures glibc's defaults instead,
+under which each step's large tensors take fresh pages from the kernel (both sides of the share: the step and
+``torch.mm``). A compiled point's memory is measured only with ``--default-malloc``: retained, its step reuses
+what the compiling step freed, so the growth over it is not the step's memory.
+
     .venv/bin/python benchmarks/rev_lsh_flops.py --out benchmarks/results/rev_lsh_flops    # about 5 minutes
     .venv/bin/python benchmarks/rev_lsh_flops.py --profile lsh 16384   # where the time goes
     .venv/bin/python benchmarks/rev_lsh_flops.py --device cuda --out benchmarks/results/rev_lsh_flops_cuda
@@ -127,11 +133,16 @@ def peak_growth(step, device):
     return torch.cuda.max_memory_allocated() - before
 
 
-def one_point(kind, n, repeats, device="cpu", compiled=False):
+def one_point(kind, n, repeats, device="cpu", compiled=False, retain=True):
     """In a fresh process: the step's time and memory, and the same process's matmul throughput (CUDA: float32
     with TF32 off, so that both sides do the same arithmetic). ``compiled``: the model through ``torch.compile``
-    (inductor), compiled by a first step that is neither timed nor measured."""
+    (inductor), compiled by a first step that is neither timed nor measured. ``retain``: freed memory kept for
+    the next step (see the module's docstring)."""
     import torch
+
+    from hf_plm_ext.training.cpu_memory import retain_freed_memory
+
+    retained = retain and device == "cpu" and retain_freed_memory()
 
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     model = build(kind, n).to(device)
@@ -144,6 +155,8 @@ def one_point(kind, n, repeats, device="cpu", compiled=False):
         step()
         compile_seconds = time.perf_counter() - started
     peak_bytes = peak_growth(step, device)  # warm-up, and the memory point
+    if compiled and retained:  # the step reuses what the compiling step freed: its growth is not its memory
+        peak_bytes = None
     flops, attention_flops = step_flops(kind, n)
     # each step paired with a measure of the matmul throughput right after it: this machine's throughput drifts
     # (93-140 GFLOP/s between three runs a minute apart on 12-07, 285-300 on an earlier day)
@@ -157,18 +170,23 @@ def one_point(kind, n, repeats, device="cpu", compiled=False):
     seconds = statistics.median(times)
     mm, bmm = (statistics.median(measure) for measure in zip(*throughputs))
     return {"ms": round(1000 * seconds, 1), "all_ms": [round(1000 * t, 1) for t in times],
-            "peak_mib": round(peak_bytes / 2 ** 20, 1), "gflop": round(flops / 1e9, 2),
+            "peak_mib": None if peak_bytes is None else round(peak_bytes / 2 ** 20, 1), "gflop": round(flops / 1e9, 2),
             "attention_gflop": round(attention_flops / 1e9, 2), "gflops": round(flops / seconds / 1e9, 1),
             "mm_gflops": round(mm, 1), "bmm_gflops": round(bmm, 1),
             "share_of_mm": round(statistics.median(shares), 3),
             "all_shares": [round(share, 3) for share in shares], "threads": torch.get_num_threads(),
-            "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+            "device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "retained_freed_memory": retained,
             **({"compile_s": round(compile_seconds, 1)} if compiled else {})}
 
 
-def profile(kind, n, compiled=False):
+def profile(kind, n, compiled=False, retain=True):
     """``torch.profiler`` over 2 steps after one warm-up: the ops with the most time first."""
     import torch
+
+    from hf_plm_ext.training.cpu_memory import retain_freed_memory
+
+    if retain:
+        retain_freed_memory()
 
     model = build(kind, n)
     if compiled:
@@ -182,7 +200,7 @@ def profile(kind, n, compiled=False):
     print(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=18, max_name_column_width=55))
 
 
-def table(results, device="cpu", compiled=False) -> str:
+def table(results, device="cpu", compiled=False, retain=True) -> str:
     lengths = sorted({r["n"] for r in results})
     memory = "peak RSS growth" if device == "cpu" else "peak CUDA memory above the start"
     lines = [f"| layer | n | step (ms) | {memory} (MiB) | model GFLOP (attention) | GFLOP/s | torch.mm GFLOP/s "
@@ -195,14 +213,17 @@ def table(results, device="cpu", compiled=False) -> str:
             if "error" in point or "skipped" in point:
                 lines.append(f"| {kind} | {n} | {point.get('error') or point['skipped']} | | | | | | |")
                 continue
-            lines.append(f"| {kind} | {n} | {point['ms']:.0f} | {point['peak_mib']:.0f} | {point['gflop']:.1f} "
+            memory = "not measured" if point["peak_mib"] is None else f"{point['peak_mib']:.0f}"
+            lines.append(f"| {kind} | {n} | {point['ms']:.0f} | {memory} | {point['gflop']:.1f} "
                          f"({point['attention_gflop']:.1f}) | {point['gflops']:.1f} | {point['mm_gflops']:.1f} | "
                          f"{point.get('share_of_mm', point['gflops'] / point['mm_gflops']):.0%} | "
                          f"{point['bmm_gflops']:.1f} |")
     where = "" if device == "cpu" else f", on {results[0].get('device', 'cuda')} (TF32 off)"
     how = ", through torch.compile (inductor; the compiling step not counted)" if compiled else ""
+    malloc = ("" if device != "cpu" else ", freed memory kept for the next step (retain_freed_memory)" if retain
+              else ", glibc's malloc at its defaults")
     return ("One rev-lsh layer's training step (forward, backward, the reversible recompute), batch 1, float32, "
-            f"each point a fresh process{where}{how}\n\n" + "\n".join(lines) + "\n")
+            f"each point a fresh process{where}{how}{malloc}\n\n" + "\n".join(lines) + "\n")
 
 
 def main():
@@ -216,17 +237,19 @@ def main():
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                         help="cuda: the same table on the GPU (memory: the caching allocator's peak)")
     parser.add_argument("--compile", action="store_true", help="the model through torch.compile (inductor)")
+    parser.add_argument("--default-malloc", action="store_true",
+                        help="glibc's malloc at its defaults, not retain_freed_memory (as the CLI trains)")
     parser.add_argument("--point", nargs=2, metavar=("KIND", "N"), help=argparse.SUPPRESS)
     parser.add_argument("--profile", nargs=2, metavar=("KIND", "N"), help="profile one point instead")
     args = parser.parse_args()
     if args.compile:  # inductor's pool of compile workers stays alive and took CPU from the timed steps (mm 0.7x)
         os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     if args.profile:
-        profile(args.profile[0], int(args.profile[1]), args.compile)
+        profile(args.profile[0], int(args.profile[1]), args.compile, not args.default_malloc)
         return
     if args.point:
         print("RESULT " + json.dumps(one_point(args.point[0], int(args.point[1]), args.repeats, args.device,
-                                               args.compile)))
+                                               args.compile, not args.default_malloc)))
         return
     results = []
     for n in args.lengths:
@@ -237,8 +260,8 @@ def main():
                 continue
             repeats = 1 if kind == "full" and n > 8192 and args.device == "cpu" else args.repeats
             point = ["--point", kind, str(n), "--repeats", str(repeats), "--device", args.device]
-            completed = subprocess.run([sys.executable, __file__, *point, *(["--compile"] if args.compile else [])],
-                                       capture_output=True, text=True)
+            flags = [*(["--compile"] if args.compile else []), *(["--default-malloc"] if args.default_malloc else [])]
+            completed = subprocess.run([sys.executable, __file__, *point, *flags], capture_output=True, text=True)
             if completed.returncode != 0:
                 results.append({"kind": kind, "n": n, "error": completed.stderr.strip().splitlines()[-1][:200]})
             else:
@@ -248,8 +271,8 @@ def main():
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
-    out.with_suffix(".md").write_text(table(results, args.device, args.compile))
-    print(table(results, args.device, args.compile))
+    out.with_suffix(".md").write_text(table(results, args.device, args.compile, not args.default_malloc))
+    print(table(results, args.device, args.compile, not args.default_malloc))
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ IMPORT_STRUCTURE = {
     "hf_plm_ext.training.layerwise_decay": ["LayerwiseLRDecayTrainer"],
     "hf_plm_ext.training.objectives": ["OBJECTIVES", "Objective", "PretrainArguments"],
     "hf_plm_ext.training.pretrain": ["pretrain"],
+    "hf_plm_ext.training.cpu_memory": ["retain_freed_memory"],
     # fine-tuning and scoring
     "hf_plm_ext.finetuning": ["FinetuneArguments", "finetune"],
     "hf_plm_ext.eval.language_model": ["evaluate_language_model", "stream_perplexity"],
@@ -110,6 +111,7 @@ if TYPE_CHECKING:
     from hf_plm_ext.modeling.macbert import *  # noqa: F403
     from hf_plm_ext.modeling.rev_lsh import *  # noqa: F403
     from hf_plm_ext.modeling.transfo_xl import *  # noqa: F403
+    from hf_plm_ext.training.cpu_memory import retain_freed_memory
     from hf_plm_ext.training.layerwise_decay import LayerwiseLRDecayTrainer
     from hf_plm_ext.training.objectives import OBJECTIVES, Objective, PretrainArguments
     from hf_plm_ext.training.pretrain import pretrain

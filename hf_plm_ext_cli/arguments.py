@@ -2,6 +2,7 @@
 
 import argparse
 import dataclasses
+import os
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -42,6 +43,10 @@ def add_training_command(subparsers, name, help, dataclass_types, handler, **def
     # On a machine without an accelerator, `torchrun` only gets gloo data parallelism with use_cpu=True;
     # otherwise every rank would silently train its own copy.
     parser.set_defaults(handler=handler, dataclass_types=dataclass_types, use_cpu=not has_accelerator(), **defaults)
+    parser.add_argument("--retain_freed_memory", choices=("auto", "true", "false"), default="auto",
+                        help="keep the memory a training step frees for the next step's tensors (glibc's malloc; "
+                             "see hf_plm_ext.training.cpu_memory); auto: on a CPU run under glibc, unless "
+                             "GLIBC_TUNABLES or a MALLOC_*_ variable already tunes malloc")
     return parser
 
 
@@ -54,6 +59,7 @@ def dataclasses_from(namespace):
     if values.get("output_dir") is not None:
         raise UserInputError("give the output folder with --output (--output_dir is managed by hf-plm-ext)")
     refuse_trainer_fsdp_on_cpu(values.get("use_cpu"), values.get("fsdp"))
+    retain_freed_memory_as_asked(values.get("retain_freed_memory", "auto"), values.get("use_cpu"))
     instances = []
     for dataclass_type in namespace.dataclass_types:
         names = {f.name for f in dataclasses.fields(dataclass_type) if f.init}
@@ -62,6 +68,26 @@ def dataclasses_from(namespace):
         except ValueError as err:  # a dataclass's own check of its flags (the Trainer's too): one line, exit 2
             raise UserInputError(last_line(err)) from None
     return instances
+
+
+def retain_freed_memory_as_asked(choice: str, use_cpu: bool) -> None:
+    """``--retain_freed_memory``: :func:`~hf_plm_ext.training.cpu_memory.retain_freed_memory` for ``auto`` on a CPU
+    run where it can, for ``true`` always (refused where it cannot be done)."""
+    from hf_plm_ext.errors import UserInputError
+    from hf_plm_ext.training.cpu_memory import (
+        GLIBC_MALLOC_VARIABLES,
+        can_retain_freed_memory,
+        retain_freed_memory,
+    )
+
+    if choice == "false" or (choice == "auto" and not (use_cpu and can_retain_freed_memory())):
+        return
+    if not can_retain_freed_memory():
+        raise UserInputError("--retain_freed_memory true needs glibc's malloc (Linux); use auto or false here")
+    if not retain_freed_memory() and choice == "true":
+        set_here = ", ".join(name for name in GLIBC_MALLOC_VARIABLES if name in os.environ)
+        raise UserInputError(f"--retain_freed_memory true: {set_here} already tunes malloc in this environment; "
+                             "unset it, or leave the flag at auto to keep it")
 
 
 def as_switches(parser, dataclass_type) -> None:

@@ -20,6 +20,9 @@ def add_to(demo):
 
 def run(args):
     from hf_plm_ext.demo import DemoArguments, run_demo
+    from hf_plm_ext_cli.arguments import has_accelerator, retain_freed_memory_as_asked
+
+    retain_freed_memory_as_asked("auto", not has_accelerator())
 
     run_demo(DemoArguments(args.output, args.objective, args.pretrain_steps, args.finetune_epochs, args.seed,
                            args.adapter))

@@ -29,3 +29,65 @@ def test_gradient_accumulation_matches_one_big_batch(tmp_path):
     big_batch = _one_optimizer_step(tmp_path, batch_size=8, accumulation=1)
     accumulated = _one_optimizer_step(tmp_path, batch_size=4, accumulation=2)
     assert torch.allclose(big_batch, accumulated, atol=1e-6)
+
+
+FAULTS_OF_A_FREED_BLOCK = """
+import json, os, resource, sys
+import torch
+from hf_plm_ext.training.cpu_memory import retain_freed_memory
+retained = retain_freed_memory() if sys.argv[1] == "retain" else None
+faults = []
+for _ in range(6):  # a 64 MiB tensor, written, freed, allocated again: as a training step's activations
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    torch.ones(16 * 2 ** 20)
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print("RESULT " + json.dumps({"retained": retained, "faults": faults}))
+"""
+
+
+def _faults_of_a_freed_block(how, **environment):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("MALLOC_", "GLIBC_TUNABLES"))}
+    completed = subprocess.run([sys.executable, "-c", FAULTS_OF_A_FREED_BLOCK, how], capture_output=True, text=True,
+                               timeout=120, env={**env, **environment}, check=True)
+    return json.loads(completed.stdout.rsplit("RESULT ", 1)[1])
+
+
+def test_retained_memory_gives_a_freed_block_back_without_the_kernel_s_page_faults():
+    """glibc's default hands a 64 MiB block back to the kernel when it is freed: each new one faults in its 16,384
+    pages again. Retained, the next allocations reuse it (after one or two that place it: a few faults, not
+    thousands)."""
+    default = _faults_of_a_freed_block("default")
+    fresh = min(default["faults"])  # 16,384 with 4 KiB pages (fewer where the kernel backs it with huge pages)
+    assert fresh > 0
+    retained = _faults_of_a_freed_block("retain")
+    assert retained["retained"] is True
+    assert retained["faults"][0] >= fresh and 20 * max(retained["faults"][3:]) < fresh
+    # a user's own malloc settings stand (here glibc's default through a tunable): nothing changed, said so
+    kept = _faults_of_a_freed_block("retain", GLIBC_TUNABLES="glibc.malloc.mmap_max=65536")
+    assert kept["retained"] is False and 2 * min(kept["faults"]) >= fresh
+
+
+def test_the_retain_freed_memory_flag_is_refused_where_it_cannot_be_honoured(monkeypatch):
+    import pytest
+
+    from hf_plm_ext.errors import UserInputError
+    from hf_plm_ext.training import cpu_memory
+    from hf_plm_ext_cli.arguments import retain_freed_memory_as_asked
+
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "2")  # not one of the variables that decide
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "1000000")
+    with pytest.raises(UserInputError, match=r"^--retain_freed_memory true: MALLOC_TRIM_THRESHOLD_ already tunes"):
+        retain_freed_memory_as_asked("true", use_cpu=True)
+    retain_freed_memory_as_asked("auto", use_cpu=True)  # the user's setting stands, no error
+    monkeypatch.setattr(cpu_memory, "can_retain_freed_memory", lambda: False)
+    with pytest.raises(UserInputError, match=r"needs glibc's malloc \(Linux\); use auto or false here$"):
+        retain_freed_memory_as_asked("true", use_cpu=True)
+    retain_freed_memory_as_asked("auto", use_cpu=True)
+    retain_freed_memory_as_asked("false", use_cpu=True)
+    with pytest.raises(RuntimeError, match="needs glibc's malloc"):
+        cpu_memory.retain_freed_memory()
