@@ -66,7 +66,8 @@ def test_retained_memory_gives_a_freed_block_back_without_the_kernel_s_page_faul
     assert fresh > 0
     retained = _faults_of_a_freed_block("retain")
     assert retained["retained"] is True
-    assert retained["faults"][0] >= fresh and 20 * max(retained["faults"][3:]) < fresh
+    assert 2 * retained["faults"][0] > fresh  # the first one takes new pages either way
+    assert 20 * max(retained["faults"][3:]) < fresh
     # a user's own malloc settings stand (here glibc's default through a tunable): nothing changed, said so
     kept = _faults_of_a_freed_block("retain", GLIBC_TUNABLES="glibc.malloc.mmap_max=65536")
     assert kept["retained"] is False and 2 * min(kept["faults"]) >= fresh
