@@ -51,7 +51,8 @@ def add_training_command(subparsers, name, help, dataclass_types, handler, **def
 
 
 def dataclasses_from(namespace):
-    """Build each of the command's dataclasses from the parsed namespace (``HfArgumentParser``'s rule)."""
+    """Build each of the command's dataclasses from the parsed namespace (``HfArgumentParser``'s rule), after the
+    checks and the process set-up every training command shares (FSDP on a CPU refused, ``--retain_freed_memory``)."""
     from hf_plm_ext.errors import UserInputError, last_line
     from hf_plm_ext.training.sharding import refuse_trainer_fsdp_on_cpu
 

@@ -1,3 +1,9 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
 import torch
 from datasets import Dataset
 from transformers import Trainer, TrainingArguments
@@ -46,11 +52,6 @@ print("RESULT " + json.dumps({"retained": retained, "faults": faults}))
 
 
 def _faults_of_a_freed_block(how, **environment):
-    import json
-    import os
-    import subprocess
-    import sys
-
     env = {key: value for key, value in os.environ.items() if not key.startswith(("MALLOC_", "GLIBC_TUNABLES"))}
     completed = subprocess.run([sys.executable, "-c", FAULTS_OF_A_FREED_BLOCK, how], capture_output=True, text=True,
                                timeout=120, env={**env, **environment}, check=True)
@@ -74,8 +75,6 @@ def test_retained_memory_gives_a_freed_block_back_without_the_kernel_s_page_faul
 
 
 def test_the_retain_freed_memory_flag_is_refused_where_it_cannot_be_honoured(monkeypatch):
-    import pytest
-
     from hf_plm_ext.errors import UserInputError
     from hf_plm_ext.training import cpu_memory
     from hf_plm_ext_cli.arguments import retain_freed_memory_as_asked
